@@ -1,0 +1,80 @@
+"""The assignment's data files: copying them into data/ (with checksums) and finding them.
+
+    python src/datafiles.py            # copy from $A5_DATA_DIR (default ../shared/data) into data/
+
+The handout's commands name the files bare (`wiki.txt`, `birth_dev.tsv`) because its students
+keep them in the working directory; `resolve` accepts that and falls back to data/.
+"""
+import hashlib
+import os
+import shutil
+import sys
+
+from utils import UsageError, atomic_write
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(REPO, 'data')
+DATA_DIR_ENV = 'A5_DATA_DIR'
+DEFAULT_SOURCE = os.path.join(os.path.dirname(REPO), 'shared', 'data')
+
+
+def checksums():
+    """{file name: sha256} from data/SHA256SUMS."""
+    with open(os.path.join(DATA, 'SHA256SUMS'), encoding='utf-8') as f:
+        return {name: digest for digest, name in (line.split() for line in f if line.strip())}
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, 'rb') as f:
+        for chunk in iter(lambda: f.read(1 << 20), b''):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def setup(source=None):
+    """Copy every file named in data/SHA256SUMS from `source` into data/, verifying each.
+    Files already in data/ with the right checksum are left alone."""
+    source = source or os.environ.get(DATA_DIR_ENV) or DEFAULT_SOURCE
+    for name, digest in checksums().items():
+        dest = os.path.join(DATA, name)
+        if os.path.isfile(dest) and sha256(dest) == digest:
+            continue
+        src = os.path.join(source, name)
+        if not os.path.isfile(src):
+            raise UsageError(f'data file {name} not found in {source} '
+                             f'(set {DATA_DIR_ENV} to the folder that holds the assignment data)')
+        if sha256(src) != digest:
+            raise UsageError(f'{src} does not match its checksum in data/SHA256SUMS')
+        atomic_write(dest, lambda tmp: shutil.copyfile(src, tmp))
+        print(f'data/{name}: copied from {source}, checksum ok')
+
+
+def resolve(path, flag):
+    """The path to read for a data argument: as given if it exists, else data/<name>.
+    `flag` names the argument in the error message."""
+    if path is None:
+        raise UsageError(f'{flag} is required')
+    if os.path.exists(path):
+        if os.path.isdir(path):
+            raise UsageError(f'{flag} {path} is a directory, not a file')
+        return path
+    candidate = os.path.join(DATA, path)
+    if os.path.dirname(path) == '' and os.path.isfile(candidate):
+        return candidate
+    where = path if os.path.dirname(path) else f'{path} and {os.path.relpath(candidate)}'
+    raise UsageError(f'{flag}: file not found (looked in {where}; '
+                     f'`python src/datafiles.py` copies the data into data/)')
+
+
+def main():
+    try:
+        setup(sys.argv[1] if len(sys.argv) > 1 else None)
+    except UsageError as e:
+        print(f'error: {e}', file=sys.stderr)
+        sys.exit(2)
+    print(f'data/ ready: {", ".join(sorted(checksums()))}')
+
+
+if __name__ == '__main__':
+    main()

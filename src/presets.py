@@ -1,0 +1,51 @@
+"""Every hyperparameter run.py uses, in one place, as named presets.
+
+`handout` is the assignment's run.py, value for value, and the default. The others are labelled
+for what they are: shorter schedules for machines without a GPU, not the handout's settings.
+A preset only fills in what a command line leaves unset: `--max_epochs`, `--batch_size`,
+`--pretrain_lr`, `--finetune_lr` given explicitly always win.
+"""
+
+# The model: "known to work, don't change" (run.py's GPTConfig call and block_size)
+MODEL = dict(n_layer=4, n_head=8, n_embd=256)
+BLOCK_SIZE = 128
+BOTTLENECK_DIM = 32  # --bottleneck_dim default; the perceiver handout's commands use 64
+
+HANDOUT = {
+    # python src/run.py pretrain ...
+    'pretrain': dict(max_epochs=650, batch_size=128, learning_rate=6e-3, lr_decay=True,
+                     warmup_tokens=512 * 20, final_tokens_per_example=200 * BLOCK_SIZE,
+                     num_workers=4),
+    # python src/run.py finetune ... (no --reading_params_path: trained from scratch)
+    'finetune_scratch': dict(max_epochs=75, batch_size=256, learning_rate=6e-4, lr_decay=True,
+                             warmup_tokens=512 * 20, final_tokens_per_example=200 * BLOCK_SIZE,
+                             num_workers=4),
+    # python src/run.py finetune ... --reading_params_path X (after pretraining)
+    'finetune_pretrained': dict(max_epochs=10, batch_size=256, learning_rate=6e-4, lr_decay=True,
+                                warmup_tokens=512 * 20, final_tokens_per_example=200 * BLOCK_SIZE,
+                                num_workers=4),
+}
+# final_tokens is 200 * len(pretrain_dataset) * block_size in every handout stage (the
+# pretraining corpus's length, even when finetuning), hence "per example" of that corpus.
+
+
+def _shortened(**changes):
+    """The handout's stages with some values replaced."""
+    return {stage: {**values, **changes.get(stage, {})} for stage, values in HANDOUT.items()}
+
+
+PRESETS = {
+    'handout': HANDOUT,
+    # The README's first command on a machine without a GPU: the whole pipeline in a few
+    # minutes, to see it work end to end. Accuracy is London-baseline level at this length.
+    'cpu-quick': _shortened(
+        pretrain=dict(max_epochs=2, batch_size=32, learning_rate=3e-3),
+        finetune_scratch=dict(max_epochs=2),
+        finetune_pretrained=dict(max_epochs=2),
+    ),
+}
+
+
+def stage_values(preset, stage):
+    """The trainer settings of `stage` ('pretrain', 'finetune_scratch', 'finetune_pretrained')."""
+    return dict(PRESETS[preset][stage])

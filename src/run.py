@@ -1,0 +1,291 @@
+"""Pretrain, finetune or evaluate one of the assignment's models: the handout's run.py.
+
+    python src/run.py pretrain vanilla wiki.txt --writing_params_path vanilla.pretrain.params
+    python src/run.py finetune vanilla wiki.txt --reading_params_path vanilla.pretrain.params \
+        --writing_params_path vanilla.finetune.params --finetune_corpus_path birth_places_train.tsv
+    python src/run.py evaluate vanilla wiki.txt --reading_params_path vanilla.finetune.params \
+        --eval_corpus_path birth_dev.tsv --outputs_path vanilla.pretrain.dev.predictions
+
+Every flag of both handout editions works as there, with the handout's values as defaults (see
+presets.py). Flags the handout does not have only change how fast or how long a run is.
+"""
+import argparse
+import os
+import sys
+
+import torch
+
+import dataset
+import model
+import presets
+import trainer
+import utils
+from datafiles import resolve
+from decode import greedy_complete
+from utils import UsageError
+
+FUNCTIONS = ('pretrain', 'finetune', 'evaluate')
+VARIANTS = ('vanilla', 'synthesizer', 'perceiver')
+
+
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message):
+        self.exit(2, f'error: {message} (see python src/run.py --help)\n')
+
+
+def parse_args(argv=None):
+    argp = OneLineParser(description=__doc__.split('\n')[0])
+    argp.add_argument('function', choices=FUNCTIONS, help="Choose pretrain, finetune, or evaluate")
+    argp.add_argument('variant', choices=VARIANTS, help="Choose vanilla, synthesizer or perceiver")
+    argp.add_argument('pretrain_corpus_path', default=None)
+    argp.add_argument('--bottleneck_dim', type=int, default=presets.BOTTLENECK_DIM)
+    argp.add_argument('--reading_params_path', default=None)
+    argp.add_argument('--writing_params_path', default=None)
+    argp.add_argument('--finetune_corpus_path', default=None)
+    argp.add_argument('--eval_corpus_path', default=None)
+    argp.add_argument('--outputs_path', default=None)
+    argp.add_argument('--pretrain_lr', default=None, type=float, help='default 6e-3')
+    argp.add_argument('--finetune_lr', default=None, type=float, help='default 6e-4')
+    argp.add_argument('--tb_expt_name', help='debug string for tb log.', default='run')
+    # not in the handout
+    extra = argp.add_argument_group('not in the handout (unset, they change nothing)')
+    extra.add_argument('--preset', choices=sorted(presets.PRESETS), default='handout',
+                       help='named training schedule (presets.py); default: the handout\'s')
+    extra.add_argument('--max_epochs', type=int, default=None)
+    extra.add_argument('--batch_size', type=int, default=None)
+    extra.add_argument('--seed', type=int, default=0, help='seeds python, torch (default 0)')
+    extra.add_argument('--device', choices=('auto', 'cpu', 'cuda'), default='auto')
+    extra.add_argument('--precision', choices=('auto', 'fp32', 'bf16'), default='auto',
+                       help='auto: bf16 autocast for training where the hardware has bf16 '
+                            'arithmetic, fp32 otherwise; evaluation is fp32 unless bf16 is asked for')
+    extra.add_argument('--compile', action='store_true', help='torch.compile the model (GPU)')
+    extra.add_argument('--plain_attention', action='store_true',
+                       help='the handout\'s written-out attention instead of scaled_dot_product_attention')
+    extra.add_argument('--eval_batch_size', type=int, default=256)
+    extra.add_argument('--strict', action='store_true',
+                       help='evaluate: stop at a question with characters outside the vocabulary '
+                            'instead of dropping them')
+    return argp.parse_args(argv)
+
+
+def pick_device(name):
+    if name == 'auto':
+        return 'cuda' if torch.cuda.is_available() else 'cpu'
+    if name == 'cuda' and not torch.cuda.is_available():
+        raise UsageError('--device cuda: no CUDA device is available')
+    return name
+
+
+def bf16_supported(device):
+    if device == 'cuda':
+        return torch.cuda.is_bf16_supported()
+    return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+
+
+def pick_precision(name, device, training):
+    if name == 'auto':
+        return 'bf16' if training and bf16_supported(device) else 'fp32'
+    return name
+
+
+def check_writable(path, flag):
+    """Fail before hours of training, not after, when an output cannot be written."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise UsageError(f'{flag} {path} is a directory')
+    if not os.path.isdir(folder):
+        raise UsageError(f'{flag} {path}: directory {folder} does not exist')
+    if not os.access(folder, os.W_OK):
+        raise UsageError(f'{flag} {path}: directory {folder} is not writable')
+
+
+def require(args, *flags):
+    for flag in flags:
+        if getattr(args, flag) is None:
+            raise UsageError(f'{args.function} needs --{flag}')
+
+
+def describe_params(state):
+    if 'down_block.C' in state:
+        return f'a perceiver model with bottleneck_dim {state["down_block.C"].shape[1]}'
+    if any(k.endswith('attn.w2') for k in state):
+        return 'a synthesizer model'
+    return 'a vanilla model'
+
+
+def describe_model(args):
+    if args.variant == 'perceiver':
+        return f'a perceiver model with bottleneck_dim {args.bottleneck_dim}'
+    return f'a {args.variant} model'
+
+
+def load_params(gpt, path, args, device):
+    if not os.path.isfile(path):
+        raise UsageError(f'--reading_params_path {path}: file not found')
+    try:
+        state = torch.load(path, map_location=device, weights_only=True)
+    except Exception as e:  # not a torch file, truncated, or not a plain state_dict
+        raise UsageError(f'--reading_params_path {path}: not a readable params file '
+                         f'({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ""})')
+    if not isinstance(state, dict):
+        raise UsageError(f'--reading_params_path {path}: not a state_dict')
+    expected = gpt.state_dict()
+    mismatch = set(state) != set(expected) or any(
+        tuple(state[k].shape) != tuple(v.shape) for k, v in expected.items())
+    if mismatch:
+        found, wanted = describe_params(state), describe_model(args)
+        if found == wanted:  # same variant, other sizes (vocabulary, block size, widths)
+            found += ' of other sizes (its keys or shapes differ: another corpus or config?)'
+        raise UsageError(f'--reading_params_path {path}: params are {found}, you asked for {wanted}')
+    gpt.load_state_dict(state)
+
+
+def build_model(args, vocab_size, block_size, device):
+    mconf = model.GPTConfig(vocab_size, block_size, **presets.MODEL,
+                            fast_attention=not args.plain_attention)
+    if args.variant == 'synthesizer':
+        mconf.synthesizer = True
+    elif args.variant == 'perceiver':
+        mconf.perceiver = True
+        mconf.bottleneck_dim = args.bottleneck_dim
+    return model.GPT(mconf).to(device)
+
+
+def train(gpt, data, args, stage, pretrain_len, lr, device, writer, path):
+    values = presets.stage_values(args.preset, stage)
+    final = values.pop('final_tokens_per_example') * pretrain_len
+    for key in ('max_epochs', 'batch_size'):
+        if getattr(args, key) is not None:
+            values[key] = getattr(args, key)
+    if lr is not None:
+        values['learning_rate'] = lr
+    tconf = trainer.TrainerConfig(
+        **values, final_tokens=final, writer=writer, device=device,
+        precision=pick_precision(args.precision, device, training=True), compile=args.compile,
+        min_len=args.bottleneck_dim if args.variant == 'perceiver' else 0,
+        log_every=1 if device == 'cpu' else 25)
+    trainer.Trainer(gpt, data, None, tconf).train()
+    utils.save_state_dict(gpt, path)
+
+
+def read_questions(path, stoi, strict):
+    """The handout's prompts: each line's text before the first tab (for an input file without
+    gold places that keeps the line's '\\n', which the handout feeds to the model too), + ⁇."""
+    prompts = []
+    with open(path, encoding='utf-8', newline='') as f:
+        for lineno, line in enumerate(f, 1):
+            question = line.replace('\r\n', '\n').split('\t')[0] + dataset.MASK_CHAR
+            unknown = sorted(set(question) - set(stoi))
+            if unknown:
+                if strict:
+                    raise UsageError(f'--eval_corpus_path {path} line {lineno}: character '
+                                     f'{unknown[0]!r} is not in the pretraining vocabulary')
+                print(f'warning: {path} line {lineno}: dropped characters outside the '
+                      f'vocabulary: {"".join(unknown)!r}', file=sys.stderr)
+            prompts.append([stoi[c] for c in question if c in stoi])
+    return prompts
+
+
+def evaluate(gpt, args, corpus, vocab, device):
+    gpt.eval()
+    prompts = read_questions(corpus, vocab.stoi, args.strict)
+    precision = pick_precision(args.precision, device, training=False)
+    autocast = torch.autocast(torch.device(device).type, dtype=torch.bfloat16,
+                              enabled=precision == 'bf16')
+    mask_id = vocab.stoi[dataset.MASK_CHAR]
+    completions = greedy_complete(gpt, prompts, 32, stop_id=mask_id, stop_count=2,
+                                  batch_size=args.eval_batch_size, device=device, autocast=autocast)
+    predictions = []
+    for ids in completions:
+        completion = ''.join([vocab.itos[int(i)] for i in ids])
+        predictions.append(completion.split(dataset.MASK_CHAR)[1])
+
+    def write(tmp):
+        with open(tmp, 'w', encoding='utf-8') as fout:
+            for pred in predictions:
+                fout.write(pred + '\n')
+    utils.atomic_write(args.outputs_path, write)
+    total, correct = utils.evaluate_places(corpus, predictions)
+    if total > 0:
+        print('Correct: {} out of {}: {}%'.format(correct, total, correct / total * 100))
+    else:
+        print('Predictions written to {}; no targets provided'.format(args.outputs_path))
+
+
+def run(args):
+    # check everything the run will need before spending any time on it
+    if args.bottleneck_dim <= 0 or args.bottleneck_dim > presets.BLOCK_SIZE:
+        raise UsageError(f'--bottleneck_dim must be from 1 to the block size {presets.BLOCK_SIZE}, '
+                         f'not {args.bottleneck_dim}')
+    for flag in ('max_epochs', 'batch_size', 'eval_batch_size'):
+        value = getattr(args, flag)
+        if value is not None and value <= 0:
+            raise UsageError(f'--{flag} must be positive, not {value}')
+    corpus_path = resolve(args.pretrain_corpus_path, 'pretrain_corpus_path')
+    if args.function == 'pretrain':
+        require(args, 'writing_params_path')
+    elif args.function == 'finetune':
+        require(args, 'writing_params_path', 'finetune_corpus_path')
+    else:
+        require(args, 'outputs_path', 'reading_params_path', 'eval_corpus_path')
+    for flag in ('writing_params_path', 'outputs_path'):
+        if getattr(args, flag) is not None:
+            check_writable(getattr(args, flag), '--' + flag)
+    finetune_path = resolve(args.finetune_corpus_path, '--finetune_corpus_path') \
+        if args.function == 'finetune' else None
+    eval_path = resolve(args.eval_corpus_path, '--eval_corpus_path') \
+        if args.function == 'evaluate' else None
+
+    device = pick_device(args.device)
+    utils.set_seed(args.seed)
+
+    block_size = presets.BLOCK_SIZE
+    try:
+        text = open(corpus_path, encoding='utf-8').read()
+    except UnicodeDecodeError as e:
+        raise UsageError(f'pretrain_corpus_path {corpus_path}: not UTF-8 text ({e.reason} at byte {e.start})')
+    if not text.strip():
+        raise UsageError(f'pretrain_corpus_path {corpus_path} is empty')
+    pretrain_dataset = dataset.CharCorruptionDataset(text, block_size)
+    gpt = build_model(args, pretrain_dataset.vocab_size, pretrain_dataset.block_size, device)
+
+    from torch.utils.tensorboard import SummaryWriter  # slow import: only once the input is known good
+    writer = SummaryWriter(log_dir='expt/%s/%s_%s_%d_pt_lr_%f_ft_lr_%f' % (
+        args.function, args.tb_expt_name, args.variant, args.bottleneck_dim,
+        args.pretrain_lr if args.pretrain_lr is not None else presets.HANDOUT['pretrain']['learning_rate'],
+        args.finetune_lr if args.finetune_lr is not None else presets.HANDOUT['finetune_scratch']['learning_rate']))
+
+    if args.function == 'pretrain':
+        train(gpt, pretrain_dataset, args, 'pretrain', len(pretrain_dataset), args.pretrain_lr,
+              device, writer, args.writing_params_path)
+    elif args.function == 'finetune':
+        try:
+            tsv = open(finetune_path, encoding='utf-8').read()
+        except UnicodeDecodeError as e:
+            raise UsageError(f'--finetune_corpus_path {finetune_path}: not UTF-8 text ({e.reason})')
+        finetune_dataset = dataset.NameDataset(pretrain_dataset, tsv)
+        if len(finetune_dataset) == 0:
+            raise UsageError(f'--finetune_corpus_path {finetune_path} has no examples')
+        stage = 'finetune_scratch'
+        if args.reading_params_path is not None:
+            load_params(gpt, args.reading_params_path, args, device)
+            stage = 'finetune_pretrained'
+        train(gpt, finetune_dataset, args, stage, len(pretrain_dataset), args.finetune_lr,
+              device, writer, args.writing_params_path)
+    else:
+        load_params(gpt, args.reading_params_path, args, device)
+        evaluate(gpt, args, eval_path, pretrain_dataset, device)
+    writer.close()
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    try:
+        run(args)
+    except UsageError as e:
+        print(f'error: {e}', file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,102 @@
+"""Small helpers shared by the scripts in src/: the handout's utils (set_seed, top_k_logits,
+sample, evaluate_places) plus the error type the CLI turns into one clear line, and atomic writes."""
+import os
+import random
+import tempfile
+
+import torch
+from torch.nn import functional as F
+
+
+class UsageError(Exception):
+    """Bad input from the user (a path, a flag, a file's contents). run.py prints
+    `error: <message>` on one line and exits with status 2; no traceback."""
+
+
+def set_seed(seed):
+    random.seed(seed)
+    torch.manual_seed(seed)
+    torch.cuda.manual_seed_all(seed)
+
+
+def top_k_logits(logits, k):
+    v, ix = torch.topk(logits, k)
+    out = logits.clone()
+    out[out < v[:, [-1]]] = -float('Inf')
+    return out
+
+
+@torch.no_grad()
+def sample(model, x, steps, temperature=1.0, sample=False, top_k=None):
+    """The handout's decoding loop: take a conditioning sequence of indices in x (of shape (b,t))
+    and predict the next token in the sequence, feeding the predictions back into the model each
+    time. Clearly the sampling has quadratic complexity unlike an RNN that is only linear, and has
+    a finite context window of block_size, unlike an RNN that has an infinite context window.
+    Evaluation uses the equivalent batched decoder in decode.py; this one stays as the reference."""
+    block_size = model.get_block_size()
+    model.eval()
+    for k in range(steps):
+        x_cond = x if x.size(1) <= block_size else x[:, -block_size:]  # crop context if needed
+        logits, _ = model(x_cond)
+        # pluck the logits at the final step and scale by temperature
+        logits = logits[:, -1, :] / temperature
+        # optionally crop probabilities to only the top k options
+        if top_k is not None:
+            logits = top_k_logits(logits, top_k)
+        # apply softmax to convert to probabilities
+        probs = F.softmax(logits, dim=-1)
+        # sample from the distribution or take the most likely
+        if sample:
+            ix = torch.multinomial(probs, num_samples=1)
+        else:
+            _, ix = torch.topk(probs, k=1, dim=-1)
+        # append to the sequence and continue
+        x = torch.cat((x, ix), dim=1)
+    return x
+
+
+def evaluate_places(filepath, predicted_places):
+    """ Computes percent of correctly predicted birth places.
+
+    Arguments:
+      filepath: path to a file with our name, birth place data.
+      predicted_places: a list of strings representing the
+          predicted birth place of each person.
+
+    Returns: (total, correct), floats
+    """
+    with open(filepath, encoding='utf-8') as fin:
+        lines = [x.strip().split('\t') for x in fin]
+        if len(lines[0]) == 1:
+            print('No gold birth places provided; returning (0,0)')
+            return (0, 0)
+        true_places = [x[1] for x in lines]
+        total = len(true_places)
+        assert total == len(predicted_places)
+        correct = len(list(filter(lambda x: x[0] == x[1],
+                                  zip(true_places, predicted_places))))
+        return (float(total), float(correct))
+
+
+def atomic_write(path, write):
+    """Call write(tmp_path), then rename the finished file over `path`: an interrupted run leaves
+    the old file or the new one, never a truncated one."""
+    path = os.fspath(path)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
+                               prefix='.' + os.path.basename(path) + '.', suffix='.tmp')
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def save_state_dict(model, path):
+    """torch.save(model.state_dict(), path), atomically. Compiled or DDP-wrapped models are
+    unwrapped so the keys stay the handout's."""
+    model = getattr(model, 'module', model)
+    model = getattr(model, '_orig_mod', model)
+    atomic_write(path, lambda tmp: torch.save(model.state_dict(), tmp))

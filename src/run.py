@@ -61,6 +61,13 @@ def parse_args(argv=None):
     extra.add_argument('--compile', action='store_true', help='torch.compile the model (GPU)')
     extra.add_argument('--plain_attention', action='store_true',
                        help='the handout\'s written-out attention instead of scaled_dot_product_attention')
+    extra.add_argument('--dropout', type=float, default=None,
+                       help='embd/resid/attn dropout (the handout\'s is 0.1)')
+    extra.add_argument('--resume', action='store_true',
+                       help='continue an interrupted pretrain/finetune from WRITING_PARAMS_PATH.ckpt')
+    extra.add_argument('--checkpoint_every', type=int, default=10,
+                       help='write the resumable checkpoint WRITING_PARAMS_PATH.ckpt every N epochs '
+                            '(and on Ctrl-C/SIGTERM); 0: only on Ctrl-C/SIGTERM')
     extra.add_argument('--eval_batch_size', type=int, default=256)
     extra.add_argument('--strict', action='store_true',
                        help='evaluate: stop at a question with characters outside the vocabulary '
@@ -68,12 +75,31 @@ def parse_args(argv=None):
     return argp.parse_args(argv)
 
 
+RANK = 0  # this process's rank under torchrun (0 otherwise): only rank 0 writes files and logs
+
+
 def pick_device(name):
     if name == 'auto':
-        return 'cuda' if torch.cuda.is_available() else 'cpu'
+        name = 'cuda' if torch.cuda.is_available() else 'cpu'
     if name == 'cuda' and not torch.cuda.is_available():
         raise UsageError('--device cuda: no CUDA device is available')
     return name
+
+
+def init_distributed(device):
+    """Under torchrun (WORLD_SIZE > 1): join the process group, NCCL on GPUs, gloo on CPUs.
+    Returns the device this rank uses."""
+    global RANK
+    if int(os.environ.get('WORLD_SIZE', '1')) <= 1:
+        return device
+    import torch.distributed as dist
+    dist.init_process_group('nccl' if device == 'cuda' else 'gloo')
+    RANK = dist.get_rank()
+    if device == 'cuda':
+        local_rank = int(os.environ.get('LOCAL_RANK', '0'))
+        torch.cuda.set_device(local_rank)
+        device = f'cuda:{local_rank}'
+    return device
 
 
 def bf16_supported(device):
@@ -143,6 +169,8 @@ def load_params(gpt, path, args, device):
 def build_model(args, vocab_size, block_size, device):
     mconf = model.GPTConfig(vocab_size, block_size, **presets.MODEL,
                             fast_attention=not args.plain_attention)
+    if args.dropout is not None:
+        mconf.embd_pdrop = mconf.resid_pdrop = mconf.attn_pdrop = args.dropout
     if args.variant == 'synthesizer':
         mconf.synthesizer = True
     elif args.variant == 'perceiver':
@@ -163,9 +191,15 @@ def train(gpt, data, args, stage, pretrain_len, lr, device, writer, path):
         **values, final_tokens=final, writer=writer, device=device,
         precision=pick_precision(args.precision, device, training=True), compile=args.compile,
         min_len=args.bottleneck_dim if args.variant == 'perceiver' else 0,
-        log_every=1 if device == 'cpu' else 25)
+        log_every=1 if device == 'cpu' else 25,
+        resume_path=path + '.ckpt', resume=args.resume, checkpoint_every=args.checkpoint_every)
+    if args.resume and not os.path.isfile(tconf.resume_path):
+        raise UsageError(f'--resume: no checkpoint {tconf.resume_path} to resume from')
     trainer.Trainer(gpt, data, None, tconf).train()
-    utils.save_state_dict(gpt, path)
+    if RANK == 0:
+        utils.save_state_dict(gpt, path)
+        if os.path.exists(tconf.resume_path):  # finished: nothing left to resume
+            os.remove(tconf.resume_path)
 
 
 def read_questions(path, stoi, strict):
@@ -217,6 +251,8 @@ def run(args):
     if args.bottleneck_dim <= 0 or args.bottleneck_dim > presets.BLOCK_SIZE:
         raise UsageError(f'--bottleneck_dim must be from 1 to the block size {presets.BLOCK_SIZE}, '
                          f'not {args.bottleneck_dim}')
+    if args.checkpoint_every < 0:
+        raise UsageError(f'--checkpoint_every must be 0 or more, not {args.checkpoint_every}')
     for flag in ('max_epochs', 'batch_size', 'eval_batch_size'):
         value = getattr(args, flag)
         if value is not None and value <= 0:
@@ -236,7 +272,11 @@ def run(args):
     eval_path = resolve(args.eval_corpus_path, '--eval_corpus_path') \
         if args.function == 'evaluate' else None
 
-    device = pick_device(args.device)
+    if args.dropout is not None and not 0 <= args.dropout < 1:
+        raise UsageError(f'--dropout must be in [0, 1), not {args.dropout}')
+    if args.resume and args.function == 'evaluate':
+        raise UsageError('--resume is for pretrain and finetune')
+    device = init_distributed(pick_device(args.device))
     utils.set_seed(args.seed)
 
     block_size = presets.BLOCK_SIZE
@@ -250,7 +290,7 @@ def run(args):
     gpt = build_model(args, pretrain_dataset.vocab_size, pretrain_dataset.block_size, device)
 
     from torch.utils.tensorboard import SummaryWriter  # slow import: only once the input is known good
-    writer = SummaryWriter(log_dir='expt/%s/%s_%s_%d_pt_lr_%f_ft_lr_%f' % (
+    writer = None if RANK != 0 else SummaryWriter(log_dir='expt/%s/%s_%s_%d_pt_lr_%f_ft_lr_%f' % (
         args.function, args.tb_expt_name, args.variant, args.bottleneck_dim,
         args.pretrain_lr if args.pretrain_lr is not None else presets.HANDOUT['pretrain']['learning_rate'],
         args.finetune_lr if args.finetune_lr is not None else presets.HANDOUT['finetune_scratch']['learning_rate']))
@@ -272,10 +312,11 @@ def run(args):
             stage = 'finetune_pretrained'
         train(gpt, finetune_dataset, args, stage, len(pretrain_dataset), args.finetune_lr,
               device, writer, args.writing_params_path)
-    else:
+    elif RANK == 0:
         load_params(gpt, args.reading_params_path, args, device)
         evaluate(gpt, args, eval_path, pretrain_dataset, device)
-    writer.close()
+    if writer is not None:
+        writer.close()
 
 
 def main(argv=None):
@@ -285,6 +326,10 @@ def main(argv=None):
     except UsageError as e:
         print(f'error: {e}', file=sys.stderr)
         sys.exit(2)
+    except trainer.TrainingInterrupted as e:
+        print(f'\ninterrupted: checkpoint written to {e}; continue with the same command '
+              'plus --resume', file=sys.stderr)
+        sys.exit(130)
 
 
 if __name__ == '__main__':

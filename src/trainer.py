@@ -11,15 +11,21 @@ and cosine LR schedule, the same batches per epoch). What differs is only how fa
   the handout does;
 - optional bf16 autocast, fused AdamW and torch.compile on a GPU;
 - loss values are read back from the device in groups, not after every step.
+Beyond the handout: a resumable checkpoint (every N epochs and on Ctrl-C/SIGTERM) and
+DistributedDataParallel under torchrun, both reproducing the uninterrupted one-process run.
 """
 import math
+import random
+import signal
+import threading
 import time
 
 import torch
-from torch.utils.data import DataLoader
+import torch.distributed as dist
+from torch.utils.data import DataLoader, Sampler
 from tqdm import tqdm
 
-from utils import save_state_dict
+from utils import UsageError, atomic_write, save_state_dict
 
 
 class TrainerConfig:
@@ -45,6 +51,9 @@ class TrainerConfig:
     min_len = 0  # never trim a batch shorter than this (the perceiver's bottleneck_dim)
     pad_multiple = 8  # trimmed lengths are rounded up to this (fewer shapes for compile/kernels)
     log_every = 1  # read losses back every N steps (a GPU sync); tensorboard still gets every step
+    resume_path = None  # where the resumable checkpoint (model, optimizer, schedule, RNG) goes
+    resume = False  # continue from resume_path
+    checkpoint_every = 0  # write resume_path every N epochs (0: only on Ctrl-C / SIGTERM)
 
     def __init__(self, **kwargs):
         for k, v in kwargs.items():
@@ -81,13 +90,43 @@ def trim_padding(x, y, min_len=0, multiple=1):
     return x[:, :keep].contiguous(), y[:, :keep].contiguous()
 
 
-def batches(dataset, batch_size, generator):
-    """One epoch of shuffled batches, drawn in this process (the datasets are cheap to sample:
-    worker processes cost more than they save on a small CPU)."""
-    order = torch.randperm(len(dataset), generator=generator).tolist()
-    for i in range(0, len(order), batch_size):
-        xs, ys = zip(*(dataset[j] for j in order[i:i + batch_size]))
-        yield torch.stack(xs), torch.stack(ys)
+def batch_indices(n, batch_size, generator):
+    """One epoch's batches of dataset indices: a fresh shuffle, cut into batch_size pieces."""
+    order = torch.randperm(n, generator=generator).tolist()
+    return [order[i:i + batch_size] for i in range(0, n, batch_size)]
+
+
+def collate(dataset, indices):
+    xs, ys = zip(*(dataset[j] for j in indices))
+    return torch.stack(xs), torch.stack(ys)
+
+
+class TrainingInterrupted(Exception):
+    """Ctrl-C or SIGTERM: a resumable checkpoint has been written (its path is the message)."""
+
+
+class _StopRequest:
+    """Turns the first SIGINT/SIGTERM into a flag the loop checks after each step (so the
+    checkpoint is written between steps); a second Ctrl-C stops at once."""
+
+    def __init__(self):
+        self.requested = False
+        self.previous = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self.previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        if self.requested and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def __exit__(self, *exc):
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
 
 
 class Trainer:
@@ -102,28 +141,82 @@ class Trainer:
         self.tokens = 0
         self.step = 0
         self.last_loss = float('nan')
+        # torchrun: every rank builds the same global batch (so the examples, and the random
+        # corruptions drawn for them, are those of a one-process run) and trains on its slice
+        self.distributed = dist.is_available() and dist.is_initialized()
+        self.rank = dist.get_rank() if self.distributed else 0
+        self.world = dist.get_world_size() if self.distributed else 1
 
     def save_checkpoint(self):
-        if self.config.ckpt_path is not None:
+        if self.config.ckpt_path is not None and self.rank == 0:
             save_state_dict(self.model, self.config.ckpt_path)
 
-    def _epoch_batches(self, dataset, generator, loader):
-        if loader is not None:
-            return iter(loader)
-        return batches(dataset, self.config.batch_size, generator)
+    # ---- resumable state -------------------------------------------------------------------
 
-    def _loader(self, dataset, generator):
-        """A DataLoader whose workers live for the whole run (GPU runs with num_workers > 0)."""
+    def _save_resume(self, optimizer, epoch, it, generator_state):
+        """Everything needed to continue exactly where the run stands: before batch `it` of
+        `epoch`, whose shuffle is drawn from generator_state."""
+        if self.rank != 0 or self.config.resume_path is None:
+            return
+        state = {
+            'model': self.model.state_dict(), 'optimizer': optimizer.state_dict(),
+            'tokens': self.tokens, 'step': self.step, 'epoch': epoch, 'it': it,
+            'generator': generator_state, 'python_random': random.getstate(),
+            'torch_rng': torch.get_rng_state(),
+            'cuda_rng': torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            'batch_size': self.config.batch_size, 'max_epochs': self.config.max_epochs,
+        }
+        atomic_write(self.config.resume_path, lambda tmp: torch.save(state, tmp))
+
+    def _load_resume(self, optimizer, generator):
+        path = self.config.resume_path
+        try:
+            state = torch.load(path, map_location=self.device, weights_only=True)
+            self.model.load_state_dict(state['model'])
+        except Exception as e:
+            raise UsageError(f'--resume: cannot read the checkpoint {path} '
+                             f'({type(e).__name__}: {str(e)[:120]})')
+        if state['batch_size'] != self.config.batch_size:
+            raise UsageError(f'--resume: {path} was written with batch size {state["batch_size"]}, '
+                             f'this run has {self.config.batch_size}')
+        optimizer.load_state_dict(state['optimizer'])
+        self.tokens, self.step = state['tokens'], state['step']
+        generator.set_state(state['generator'])
+        random.setstate(state['python_random'])
+        torch.set_rng_state(state['torch_rng'])
+        if state['cuda_rng'] is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state['cuda_rng'])
+        return state['epoch'], state['it']
+
+    # ---- batches ---------------------------------------------------------------------------
+
+    def _loader(self, dataset):
+        """Worker processes that live for the whole run, for GPU runs with num_workers > 0 (on
+        a small CPU they would only take cores from the model). Batches come from a sampler the
+        loop refills each epoch, so the shuffles are the in-process ones."""
         if self.device.type == 'cpu' or self.config.num_workers == 0:
-            return None
-        return DataLoader(dataset, batch_size=self.config.batch_size, shuffle=True,
-                          generator=generator, num_workers=self.config.num_workers,
-                          pin_memory=True, persistent_workers=True, prefetch_factor=4)
+            return None, None
+        epoch_batches = []
+        loader = DataLoader(dataset, batch_sampler=_Refillable(epoch_batches),
+                            num_workers=self.config.num_workers, pin_memory=True,
+                            persistent_workers=True, prefetch_factor=4)
+        return loader, epoch_batches
+
+    def _batches(self, dataset, indices, loader, epoch_batches):
+        if loader is None:
+            return (collate(dataset, ix) for ix in indices)
+        epoch_batches[:] = indices
+        return iter(loader)
+
+    # ---- the loop --------------------------------------------------------------------------
 
     def train(self):
-        model, config = self.model, self.config
-        device = self.device
-        raw_model = model
+        config, device = self.config, self.device
+        raw_model = self.model
+        model = raw_model
+        if self.distributed:
+            model = torch.nn.parallel.DistributedDataParallel(
+                model, device_ids=[device.index] if device.type == 'cuda' else None)
         if config.compile:
             model = torch.compile(model)
 
@@ -134,9 +227,13 @@ class Trainer:
                                   enabled=config.precision == 'bf16')
 
         generator = torch.Generator().manual_seed(torch.initial_seed())
-        loader = self._loader(self.train_dataset, generator)
+        start_epoch = start_it = 0
+        if config.resume:
+            start_epoch, start_it = self._load_resume(optimizer, generator)
+        loader, epoch_batches = self._loader(self.train_dataset)
         steps_per_epoch = math.ceil(len(self.train_dataset) / config.batch_size)
-        pbar = tqdm(total=steps_per_epoch * config.max_epochs, unit='step', dynamic_ncols=True)
+        pbar = tqdm(total=steps_per_epoch * config.max_epochs, initial=self.step, unit='step',
+                    dynamic_ncols=True, disable=self.rank != 0)
         pending = []  # (step, loss tensor, lr) not yet read back from the device
         start_time, start_tokens = time.time(), self.tokens
 
@@ -145,7 +242,7 @@ class Trainer:
                 return
             losses = torch.stack([loss for _, loss, _ in pending]).float().cpu().tolist()
             for (step, _, lr), loss in zip(pending, losses):
-                if config.writer is not None:
+                if config.writer is not None and self.rank == 0:
                     config.writer.add_scalar('train/loss', loss, step)
                     config.writer.add_scalar('train/lr', lr, step)
             self.last_loss = losses[-1]
@@ -156,50 +253,107 @@ class Trainer:
             pending.clear()
 
         model.train()
-        for epoch in range(config.max_epochs):
-            it = -1
-            for it, (x, y) in enumerate(self._epoch_batches(self.train_dataset, generator, loader)):
-                tokens = y.numel()  # the handout's (y >= 0).sum(): every position, padding too
-                x, y = trim_padding(x, y, config.min_len, config.pad_multiple)
-                x = x.to(device, non_blocking=True)
-                y = y.to(device, non_blocking=True)
+        with _StopRequest() as stop:
+            for epoch in range(start_epoch, config.max_epochs):
+                epoch_start = generator.get_state()
+                indices = batch_indices(len(self.train_dataset), config.batch_size, generator)
+                skip = start_it if epoch == start_epoch else 0
+                it = skip - 1
+                for it, (x, y) in enumerate(self._batches(self.train_dataset, indices[skip:],
+                                                          loader, epoch_batches), start=skip):
+                    loss = self._step(model, raw_model, optimizer, autocast, x, y)
 
-                with autocast:
-                    logits, loss = model(x, y)
+                    # decay the learning rate based on our progress (after the step, as the handout)
+                    if config.lr_decay:
+                        lr = config.learning_rate * lr_multiplier(self.tokens, config)
+                        for param_group in optimizer.param_groups:
+                            param_group['lr'] = lr
+                    else:
+                        lr = config.learning_rate
 
-                model.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(raw_model.parameters(), config.grad_norm_clip)
-                optimizer.step()
-
-                # decay the learning rate based on our progress (after the step, as the handout)
-                self.tokens += tokens
-                if config.lr_decay:
-                    lr = config.learning_rate * lr_multiplier(self.tokens, config)
-                    for param_group in optimizer.param_groups:
-                        param_group['lr'] = lr
-                else:
-                    lr = config.learning_rate
-
-                pending.append((self.step, loss.detach(), lr))
-                self.step += 1
-                if len(pending) >= config.log_every:
-                    flush(epoch, it)
-            flush(epoch, it)
-            if self.test_dataset is not None:
-                self.evaluate_loss(self.test_dataset, autocast)
-                model.train()
-            self.save_checkpoint()
+                    pending.append((self.step, loss, lr))
+                    self.step += 1
+                    if len(pending) >= config.log_every:
+                        flush(epoch, it)
+                    if self._stop_requested(stop):
+                        flush(epoch, it)
+                        self._save_resume(optimizer, epoch, it + 1, epoch_start)
+                        pbar.close()
+                        raise TrainingInterrupted(config.resume_path)
+                flush(epoch, it)
+                if self.test_dataset is not None:
+                    self.evaluate_loss(self.test_dataset, autocast)
+                    model.train()
+                self.save_checkpoint()
+                if config.checkpoint_every and (epoch + 1) % config.checkpoint_every == 0 \
+                        and epoch + 1 < config.max_epochs:
+                    self._save_resume(optimizer, epoch + 1, 0, generator.get_state())
         pbar.close()
+
+    def _stop_requested(self, stop):
+        if not self.distributed:
+            return stop.requested
+        flag = torch.tensor([float(stop.requested)], device=self.device)
+        dist.all_reduce(flag)  # every rank stops at the same step
+        return bool(flag.item())
+
+    def _step(self, model, raw_model, optimizer, autocast, x, y):
+        """One optimizer step on a global batch; returns the batch's mean loss (a device tensor)."""
+        config, device = self.config, self.device
+        self.tokens += y.numel()  # the handout's (y >= 0).sum(): every position, padding too
+        weight = None
+        if self.distributed:
+            # This rank's rows. The loss is a mean over the non-PAD targets of the whole batch:
+            # weight this rank's mean by its share of them, so DDP's gradient average equals the
+            # one-process gradient exactly.
+            x, y = x.tensor_split(self.world)[self.rank], y.tensor_split(self.world)[self.rank]
+            count = torch.tensor(float((y != 0).sum()), device=device)
+            total = count.clone()
+            dist.all_reduce(total)
+            weight = count * self.world / total
+            if len(x) == 0:  # a last batch smaller than the number of ranks: a dummy row, weight 0
+                x, y, weight = x.new_ones(1, 1), y.new_ones(1, 1), torch.zeros_like(weight)
+        x, y = trim_padding(x, y, config.min_len, config.pad_multiple)
+        x = x.to(device, non_blocking=True)
+        y = y.to(device, non_blocking=True)
+
+        with autocast:
+            logits, loss = model(x, y)
+        if weight is not None:
+            loss = loss * weight
+
+        model.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(raw_model.parameters(), config.grad_norm_clip)
+        optimizer.step()
+
+        loss = loss.detach()
+        if weight is not None:
+            loss = loss / self.world
+            dist.all_reduce(loss)
+        return loss
 
     @torch.no_grad()
     def evaluate_loss(self, dataset, autocast):
         self.model.eval()
         losses = []
         generator = torch.Generator().manual_seed(0)
-        for x, y in batches(dataset, self.config.batch_size, generator):
-            x, y = trim_padding(x, y, self.config.min_len)
+        for indices in batch_indices(len(dataset), self.config.batch_size, generator):
+            x, y = trim_padding(*collate(dataset, indices), self.config.min_len)
             with autocast:
                 _, loss = self.model(x.to(self.device), y.to(self.device))
             losses.append(float(loss))
         print("test loss: %f" % (sum(losses) / max(1, len(losses))))
+
+
+class _Refillable(Sampler):
+    """A batch sampler over a list the training loop refills each epoch."""
+
+    def __init__(self, batches):
+        self.batches = batches
+
+    def __iter__(self):
+        return iter(list(self.batches))
+
+    def __len__(self):
+        return len(self.batches)

@@ -80,18 +80,19 @@ def evaluate_places(filepath, predicted_places):
 
 def atomic_write(path, write):
     """Call write(tmp_path), then rename the finished file over `path`: an interrupted run leaves
-    the old file or the new one, never a truncated one."""
-    path = os.fspath(path)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
-                               prefix='.' + os.path.basename(path) + '.', suffix='.tmp')
-    os.close(fd)
+    the old file or the new one, never a truncated one. The temporary file has the final file's
+    name (in a temporary folder beside it) because torch.save records that name in the archive:
+    the bytes are then the same as a direct torch.save(obj, path) writes."""
+    path = os.path.abspath(os.fspath(path))
+    folder = tempfile.mkdtemp(dir=os.path.dirname(path), prefix='.tmp-')
+    tmp = os.path.join(folder, os.path.basename(path))
     try:
         write(tmp)
         os.replace(tmp, path)
-    except BaseException:
+    finally:
         if os.path.exists(tmp):
             os.remove(tmp)
-        raise
+        os.rmdir(folder)
 
 
 def save_state_dict(model, path):

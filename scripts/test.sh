@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Set up (scripts/setup.sh --test), then run the whole test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh --test
+. .venv/bin/activate
+python -m pytest -q tests "$@"

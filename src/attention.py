@@ -149,30 +149,14 @@ class SynthesizerAttention(nn.Module):
         return self.resid_drop(self.proj(merge_heads(y)))
 
 
-class CausalCrossAttention(nn.Module):
+class CausalCrossAttention(CausalSelfAttention):
     """
     Modifications over the self-attention layer to handle two inputs and perform cross-attention
     between them. This follows the implementation of the self attention module with auto-regressive
     masking on (key). Manipulation of batch-size to allow for different batch size between the two
     inputs, with broadcasting over to the higher batch size value.
+    Its parameters and mask are CausalSelfAttention's; only forward differs.
     """
-
-    def __init__(self, config):
-        super().__init__()
-        assert config.n_embd % config.n_head == 0
-        # key, query, value projections for all heads
-        self.key = nn.Linear(config.n_embd, config.n_embd)
-        self.query = nn.Linear(config.n_embd, config.n_embd)
-        self.value = nn.Linear(config.n_embd, config.n_embd)
-        # regularization
-        self.attn_drop = nn.Dropout(config.attn_pdrop)
-        self.resid_drop = nn.Dropout(config.resid_pdrop)
-        # output projection
-        self.proj = nn.Linear(config.n_embd, config.n_embd)
-        # causal mask to ensure that attention is only applied to the left in the input sequence
-        self.register_buffer("mask", causal_mask(config.block_size))
-        self.n_head = config.n_head
-        self.fast = getattr(config, 'fast_attention', False)
 
     def forward(self, x_kv, x_q):
         Tk, Tq = x_kv.size(1), x_q.size(1)

@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# Build assignment5_submission.zip for Gradescope, as the handout's collect_submission.sh does:
+# src/, the data files, the params files and the prediction files. Unlike the handout's script
+# it first checks the submission and refuses to zip an incomplete one.
+#
+#   bash collect_submission.sh                         # files in the current folder, edition auto-detected
+#   bash collect_submission.sh --edition perceiver     # 2022-23 edition (synthesizer: 2021-22)
+#   bash collect_submission.sh --dir runs/all-handout  # params/predictions from another folder
+#   bash collect_submission.sh --output /tmp/a5.zip    # another zip path
+#
+# Editions (what the handouts' "Submission Instructions" list):
+#   both:        vanilla.model.params, vanilla.nopretrain.{dev,test}.predictions,
+#                vanilla.finetune.params, vanilla.pretrain.{dev,test}.predictions
+#   synthesizer: synthesizer.finetune.params, synthesizer.pretrain.{dev,test}.predictions
+#   perceiver:   perceiver.finetune.params, perceiver.pretrain.{dev,test}.predictions
+# Without --edition the edition is the one whose files are in the folder; when both or neither
+# are there the script says so and stops.
+#
+# Checks: every params and predictions file exists and is not empty; each *.dev.predictions has
+# one line per line of birth_dev.tsv (500) and each *.test.predictions one per line of
+# birth_test_inputs.tsv (437); the data files (wiki.txt, birth_places_train.tsv, birth_dev.tsv,
+# birth_test_inputs.tsv) are found in --dir, the current folder or the repository's data/.
+# Everything wrong is listed, and the script exits 1 without writing a zip. The zip is written
+# to a temporary file and renamed into place, so it is never left half-written.
+# Needs only python3 (its zipfile module), not the zip program.
+# Exit status: 0 zip written, 1 submission incomplete, 2 bad usage / edition unclear.
+set -euo pipefail
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+PYTHON="${PYTHON:-python3}"
+if ! command -v "$PYTHON" >/dev/null 2>&1; then
+  echo "error: $PYTHON not found (set PYTHON to a Python 3 interpreter)" >&2
+  exit 2
+fi
+exec "$PYTHON" - "$REPO" "$@" <<'PY'
+import argparse
+import os
+import sys
+import tempfile
+import zipfile
+
+REPO = sys.argv.pop(1)
+ZIP_NAME = 'assignment5_submission.zip'
+DATA_FILES = ['wiki.txt', 'birth_places_train.tsv', 'birth_dev.tsv', 'birth_test_inputs.tsv']
+SPLIT_TSV = {'dev': 'birth_dev.tsv', 'test': 'birth_test_inputs.tsv'}
+COMMON = ['vanilla.model.params', 'vanilla.nopretrain.dev.predictions',
+          'vanilla.nopretrain.test.predictions', 'vanilla.finetune.params',
+          'vanilla.pretrain.dev.predictions', 'vanilla.pretrain.test.predictions']
+EDITIONS = {v: [f'{v}.finetune.params', f'{v}.pretrain.dev.predictions',
+                f'{v}.pretrain.test.predictions'] for v in ('synthesizer', 'perceiver')}
+HANDOUT = {'synthesizer': '2021-22', 'perceiver': '2022-23'}
+
+
+def fail(msg, code):
+    print(f'error: {msg}', file=sys.stderr)
+    sys.exit(code)
+
+
+def count_lines(path):
+    """Lines as run.py reads them: \\n, \\r\\n or \\r ends a line; a last line without one counts."""
+    with open(path, 'rb') as f:
+        return len(f.read().splitlines())
+
+
+def find(name, folders):
+    for folder in folders:
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def detect_edition(folder):
+    where = os.path.abspath(folder)
+    present = {e: [f for f in files if os.path.exists(os.path.join(folder, f))]
+               for e, files in EDITIONS.items()}
+    found = [e for e, files in present.items() if files]
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        fail(f'cannot tell the edition: none of the synthesizer.* or perceiver.* submission files '
+             f'is in {where}; pass --edition synthesizer (2021-22) or --edition perceiver (2022-23)', 2)
+    listing = '; '.join(f'{e}: {", ".join(files)}' for e, files in present.items())
+    fail(f'ambiguous edition: {where} has files of both editions ({listing}); '
+         f'pass --edition synthesizer or --edition perceiver', 2)
+
+
+def main():
+    ap = argparse.ArgumentParser(
+        prog='collect_submission.sh',
+        description=f'Check the submission files and zip them with src/ and the data into {ZIP_NAME}.')
+    ap.add_argument('--edition', choices=sorted(EDITIONS),
+                    help='synthesizer (2021-22 handout) or perceiver (2022-23); default: detected '
+                         'from the files present')
+    ap.add_argument('--dir', default='.',
+                    help='folder with the params and predictions files (default: the current folder)')
+    ap.add_argument('--output', default=ZIP_NAME, help=f'zip to write (default: ./{ZIP_NAME})')
+    args = ap.parse_args()
+
+    folder = args.dir
+    if not os.path.isdir(folder):
+        fail(f'--dir {folder}: no such folder', 2)
+    src = os.path.join(REPO, 'src')
+    if not os.path.isdir(src):
+        fail(f'{src}: no src/ folder next to collect_submission.sh', 2)
+    edition = args.edition or detect_edition(folder)
+    required = COMMON + EDITIONS[edition]
+    print(f'edition: {edition} ({HANDOUT[edition]} handout); files from {os.path.abspath(folder)}')
+
+    problems = []
+    data_dirs = [folder, '.', os.path.join(REPO, 'data')]
+    data = {}
+    for name in DATA_FILES:
+        path = find(name, data_dirs)
+        if path is None:
+            problems.append(f'{name}: data file not found in {", ".join(dict.fromkeys(data_dirs))} '
+                            f'(run `python src/datafiles.py`)')
+        elif os.path.getsize(path) == 0:
+            problems.append(f'{path}: data file is empty')
+        else:
+            data[name] = path
+
+    for name in required:
+        path = os.path.normpath(os.path.join(folder, name))
+        if not os.path.exists(path):
+            problems.append(f'{path}: missing')
+            continue
+        if not os.path.isfile(path):
+            problems.append(f'{path}: not a regular file')
+            continue
+        if os.path.getsize(path) == 0:
+            problems.append(f'{path}: empty')
+            continue
+        if name.endswith('.predictions'):
+            split = name.split('.')[-2]
+            tsv = SPLIT_TSV[split]
+            if tsv not in data:
+                problems.append(f'{path}: cannot check its line count without {tsv}')
+                continue
+            want, got = count_lines(data[tsv]), count_lines(path)
+            if got != want:
+                problems.append(f'{path}: {got} lines, expected {want} (one per line of {tsv})')
+
+    out = args.output
+    if problems:
+        print(f'error: the submission is incomplete; {out} was not written:', file=sys.stderr)
+        for p in problems:
+            print(f'  - {p}', file=sys.stderr)
+        if os.path.exists(out):
+            print(f'note: the existing {out} (from an earlier run) was left as it was',
+                  file=sys.stderr)
+        sys.exit(1)
+
+    members = []  # (path on disk, name in the zip)
+    for root, dirs, files in os.walk(src):
+        dirs[:] = sorted(d for d in dirs if d != '__pycache__' and not d.startswith('.'))
+        for f in sorted(files):
+            if f.endswith('.pyc') or f.startswith('.'):
+                continue
+            path = os.path.join(root, f)
+            members.append((path, os.path.join('src', os.path.relpath(path, src)).replace(os.sep, '/')))
+    members += [(data[name], name) for name in DATA_FILES]
+    members += [(os.path.join(folder, name), name) for name in required]
+
+    out_dir = os.path.dirname(os.path.abspath(out))
+    fd, tmp = tempfile.mkstemp(prefix='.' + os.path.basename(out) + '.', suffix='.tmp', dir=out_dir)
+    os.close(fd)
+    try:
+        with zipfile.ZipFile(tmp, 'w', compression=zipfile.ZIP_DEFLATED) as z:
+            for path, arcname in members:
+                z.write(path, arcname)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, out)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    print(f'wrote {out}: {len(members)} files (src/ + {len(DATA_FILES)} data files + '
+          f'{len(required)} params/predictions files)')
+
+
+main()
+PY

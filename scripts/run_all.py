@@ -1,0 +1,259 @@
+"""The whole assignment in one command, then a results report.
+
+    python scripts/run_all.py                         # handout schedule, outputs in runs/all-handout/
+    python scripts/run_all.py --preset cpu-quick --out runs/quick
+    python scripts/run_all.py --report-only --out results/h100   # rebuild the report
+
+Stages (each the handout's commands, file names as the handout's):
+  london            London baseline on the dev set
+  vanilla-nopretrain  finetune from scratch -> vanilla.model.params, vanilla.nopretrain.{dev,test}.predictions
+  vanilla           pretrain -> finetune -> vanilla.pretrain.{dev,test}.predictions
+  synthesizer       the same with synthesizer attention
+  perceiver         the same with --bottleneck_dim 64 --pretrain_lr 6e-4 (the perceiver handout's commands)
+A stage whose outputs already exist is skipped (so an interrupted run continues), unless --force.
+The report (report.md, report.json, loss_curves.png in the output folder) has the dev accuracy of
+each model, the wall time of each step, the device and the commit.
+"""
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUN = os.path.join(REPO, 'src', 'run.py')
+
+# name -> (variant, extra flags, pretrain?)
+MODELS = {
+    'vanilla-nopretrain': ('vanilla', [], False),
+    'vanilla': ('vanilla', [], True),
+    'synthesizer': ('synthesizer', [], True),
+    'perceiver': ('perceiver', ['--bottleneck_dim', '64', '--pretrain_lr', '6e-4'], True),
+}
+REFERENCE = {  # public student submissions (dev) and the handout's minimums
+    'london': ('5.0% (London baseline)', None),
+    'vanilla-nopretrain': ('1.4%', 'well below 10%'),
+    'vanilla': ('20.2%', '>= 10% dev'),
+    'synthesizer': ('5.6%', '>= 5% test'),
+    'perceiver': ('-', '>= 6% dev'),
+}
+
+
+def files_of(name):
+    variant, _, pretrained = MODELS[name]
+    if not pretrained:
+        return dict(params=f'{variant}.model.params', dev=f'{variant}.nopretrain.dev.predictions',
+                    test=f'{variant}.nopretrain.test.predictions')
+    return dict(pretrain=f'{variant}.pretrain.params', params=f'{variant}.finetune.params',
+                dev=f'{variant}.pretrain.dev.predictions', test=f'{variant}.pretrain.test.predictions')
+
+
+def commands(name):
+    """[(step, argv)] for one model: the handout's commands."""
+    variant, extra, pretrained = MODELS[name]
+    f = files_of(name)
+    tb = ['--tb_expt_name', name]
+    steps = []
+    if pretrained:
+        steps.append(('pretrain', ['pretrain', variant, 'wiki.txt', *extra, *tb,
+                                   '--writing_params_path', f['pretrain']]))
+        steps.append(('finetune', ['finetune', variant, 'wiki.txt', *extra, *tb,
+                                   '--reading_params_path', f['pretrain'],
+                                   '--writing_params_path', f['params'],
+                                   '--finetune_corpus_path', 'birth_places_train.tsv']))
+    else:
+        steps.append(('finetune', ['finetune', variant, 'wiki.txt', *extra, *tb,
+                                   '--writing_params_path', f['params'],
+                                   '--finetune_corpus_path', 'birth_places_train.tsv']))
+    for split, tsv in (('dev', 'birth_dev.tsv'), ('test', 'birth_test_inputs.tsv')):
+        steps.append((f'evaluate-{split}', ['evaluate', variant, 'wiki.txt', *extra, *tb,
+                                            '--reading_params_path', f['params'],
+                                            '--eval_corpus_path', tsv, '--outputs_path', f[split]]))
+    return steps
+
+
+def output_of(argv):
+    for flag in ('--outputs_path', '--writing_params_path'):
+        if flag in argv:
+            return argv[argv.index(flag) + 1]
+
+
+def run_step(argv, out, log, run_flags):
+    cmd = [sys.executable, RUN, *argv, *run_flags]
+    print('+ python src/run.py ' + ' '.join(argv + run_flags), flush=True)
+    start = time.time()
+    with open(log, 'a', encoding='utf-8') as f:
+        proc = subprocess.run(cmd, cwd=out, stdout=subprocess.PIPE, stderr=f, text=True)
+    sys.stdout.write(proc.stdout)
+    if proc.returncode != 0:
+        raise SystemExit(f'error: step failed (exit {proc.returncode}); see {log}')
+    return time.time() - start, proc.stdout
+
+
+def dev_accuracy(out, name):
+    """Recompute from the predictions file (also for skipped stages)."""
+    sys.path.insert(0, os.path.join(REPO, 'src'))
+    from datafiles import resolve
+    from utils import evaluate_places
+    path = os.path.join(out, files_of(name)['dev']) if name != 'london' else None
+    dev = resolve('birth_dev.tsv', 'birth_dev.tsv')
+    if name == 'london':
+        with open(dev, encoding='utf-8') as f:
+            preds = ['London'] * sum(1 for _ in f)
+    elif os.path.exists(path):
+        with open(path, encoding='utf-8') as f:
+            preds = [line.rstrip('\n') for line in f]
+    else:
+        return None
+    with open(dev, encoding='utf-8') as f:
+        if sum(1 for _ in f) != len(preds):
+            print(f'warning: {path} does not have one line per dev question; not scored')
+            return None
+    total, correct = evaluate_places(dev, preds)
+    return dict(correct=correct, total=total, percent=round(correct / total * 100, 2))
+
+
+def device_name(flags):
+    import torch
+    if '--device' in flags and flags[flags.index('--device') + 1] == 'cpu' or not torch.cuda.is_available():
+        return f'CPU: {platform.processor() or platform.machine()}, {os.cpu_count()} cores ' \
+               f'({torch.backends.cpu.get_cpu_capability()}), torch {torch.__version__}'
+    return f'GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}'
+
+
+def commit():
+    try:
+        rev = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=REPO, text=True,
+                             capture_output=True).stdout.strip()
+        dirty = subprocess.run(['git', 'status', '--porcelain', '--untracked-files=no'], cwd=REPO,
+                               text=True, capture_output=True).stdout.strip()
+        return rev + ('+uncommitted changes' if dirty else '')
+    except OSError:
+        return 'unknown'
+
+
+def read_losses(out):
+    """{'<model>/<function>': [(step, loss)]} from the tensorboard logs under out/expt."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    curves = {}
+    for function in ('pretrain', 'finetune'):
+        root = os.path.join(out, 'expt', function)
+        if not os.path.isdir(root):
+            continue
+        for run in sorted(os.listdir(root)):
+            name = run.split('_')[0]
+            points = []
+            for event_file in sorted(os.listdir(os.path.join(root, run))):
+                acc = EventAccumulator(os.path.join(root, run, event_file), size_guidance={'scalars': 0})
+                acc.Reload()
+                if 'train/loss' in acc.Tags()['scalars']:
+                    points = [(e.step, e.value) for e in acc.Scalars('train/loss')]
+            if points:
+                curves[f'{name}/{function}'] = points
+    return curves
+
+
+def plot(curves, path):
+    """Loss curves as a PNG, drawn with Pillow (a dependency of tensorboard): one panel for
+    pretraining, one for finetuning, x = fraction of the run, smoothed."""
+    from PIL import Image, ImageDraw
+    colours = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189)]
+    W, H, pad = 1000, 420, 50
+    img = Image.new('RGB', (W, H), 'white')
+    draw = ImageDraw.Draw(img)
+    for p, function in enumerate(('pretrain', 'finetune')):
+        x0, x1, y0, y1 = pad + p * W // 2, (p + 1) * W // 2 - 20, 40, H - pad
+        runs = {k.split('/')[0]: v for k, v in curves.items() if k.endswith('/' + function)}
+        draw.rectangle([x0, y0, x1, y1], outline='black')
+        draw.text((x0, 10), f'{function}: train loss (smoothed) vs fraction of run', fill='black')
+        values = [v for pts in runs.values() for _, v in pts]
+        if not values:
+            continue
+        lo, hi = min(values), max(values)
+        draw.text((x0 - 45, y0), f'{hi:.2f}', fill='black')
+        draw.text((x0 - 45, y1 - 10), f'{lo:.2f}', fill='black')
+        for i, (name, pts) in enumerate(sorted(runs.items())):
+            colour = colours[i % len(colours)]
+            k = max(1, len(pts) // 100)  # moving average over ~1% of the run
+            vals = [v for _, v in pts]
+            smooth = [sum(vals[max(0, j - k + 1):j + 1]) / len(vals[max(0, j - k + 1):j + 1])
+                      for j in range(len(vals))]
+            xy = [(x0 + (x1 - x0) * j / max(1, len(smooth) - 1),
+                   y1 - (y1 - y0) * (v - lo) / max(hi - lo, 1e-9)) for j, v in enumerate(smooth)]
+            draw.line(xy, fill=colour, width=2)
+            draw.text((x1 - 160, y0 + 8 + 14 * i), name, fill=colour)
+    img.save(path)
+
+
+def report(out, timings, flags, preset):
+    rows = []
+    for name in ['london', *MODELS]:
+        acc = dev_accuracy(out, name)
+        public, minimum = REFERENCE[name]
+        rows.append(dict(model=name, dev=acc, seconds=timings.get(name, {}), public=public,
+                         handout_minimum=minimum))
+    info = dict(preset=preset, flags=flags, device=device_name(flags), commit=commit(),
+                seed=int(flags[flags.index('--seed') + 1]) if '--seed' in flags else 0,
+                date=time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime()), models=rows)
+    with open(os.path.join(out, 'report.json'), 'w', encoding='utf-8') as f:
+        json.dump(info, f, indent=2)
+    lines = [f'# Assignment results ({preset} preset)', '',
+             f'- device: {info["device"]}', f'- commit: {info["commit"]}', f'- seed: {info["seed"]}',
+             f'- date: {info["date"]}',
+             f'- command: `python scripts/run_all.py --preset {preset} {" ".join(flags)}`'.rstrip(), '',
+             '| model | dev accuracy | public reference (dev) | handout asks | wall time per step (s) |',
+             '|---|---|---|---|---|']
+    for r in rows:
+        acc = '-' if r['dev'] is None else f"{r['dev']['percent']:.1f}% ({r['dev']['correct']:.0f}/{r['dev']['total']:.0f})"
+        secs = ', '.join(f'{k} {v:.0f}' for k, v in r['seconds'].items()) or '-'
+        lines.append(f"| {r['model']} | {acc} | {r['public']} | {r['handout_minimum'] or '-'} | {secs} |")
+    curves = read_losses(out)
+    if curves:
+        plot(curves, os.path.join(out, 'loss_curves.png'))
+        lines += ['', '![training loss curves](loss_curves.png)']
+    with open(os.path.join(out, 'report.md'), 'w', encoding='utf-8') as f:
+        f.write('\n'.join(lines) + '\n')
+    print('\n'.join(lines))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap.add_argument('--preset', default='handout')
+    ap.add_argument('--out', default=None, help='output folder (default runs/all-<preset>)')
+    ap.add_argument('--models', nargs='+', choices=list(MODELS), default=list(MODELS))
+    ap.add_argument('--force', action='store_true', help='rerun stages whose outputs exist')
+    ap.add_argument('--report-only', action='store_true')
+    ap.add_argument('run_flags', nargs=argparse.REMAINDER,
+                    help='after --: flags passed to every run.py call (e.g. -- --device cuda --compile)')
+    args = ap.parse_args()
+    flags = [f for f in args.run_flags if f != '--']
+    out = os.path.abspath(args.out or os.path.join(REPO, 'runs', f'all-{args.preset}'))
+    os.makedirs(out, exist_ok=True)
+    timing_file = os.path.join(out, 'timings.json')
+    timings = json.load(open(timing_file)) if os.path.exists(timing_file) else {}
+    log = os.path.join(out, 'run.log')
+    run_flags = ['--preset', args.preset, *flags]
+
+    if not args.report_only:
+        start = time.time()
+        subprocess.run([sys.executable, os.path.join(REPO, 'src', 'london_baseline.py')], check=True)
+        timings['london'] = {'evaluate-dev': time.time() - start}
+        for name in args.models:
+            for step, argv in commands(name):
+                target = os.path.join(out, output_of(argv))
+                if os.path.exists(target) and not args.force:
+                    print(f'skip {name} {step}: {os.path.relpath(target)} exists')
+                    continue
+                if os.path.exists(target + '.ckpt'):  # interrupted mid-training: continue it
+                    argv = argv + ['--resume']
+                seconds, _ = run_step(argv, out, log, run_flags)
+                timings.setdefault(name, {})[step] = seconds
+                with open(timing_file, 'w', encoding='utf-8') as f:
+                    json.dump(timings, f, indent=2)
+    report(out, timings, flags, args.preset)
+
+
+if __name__ == '__main__':
+    main()

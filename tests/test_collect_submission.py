@@ -1,0 +1,196 @@
+"""collect_submission.sh: zips a complete submission of either edition; refuses (non-zero exit,
+the bad file named, no zip written) when a file is missing, empty or has the wrong line count.
+Runs the script in a temporary folder with fake params/predictions and data files."""
+import os
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(REPO, 'collect_submission.sh')
+ZIP = 'assignment5_submission.zip'
+DEV_LINES, TEST_LINES = 500, 437
+DATA = ['wiki.txt', 'birth_places_train.tsv', 'birth_dev.tsv', 'birth_test_inputs.tsv']
+COMMON = ['vanilla.model.params', 'vanilla.nopretrain.dev.predictions',
+          'vanilla.nopretrain.test.predictions', 'vanilla.finetune.params',
+          'vanilla.pretrain.dev.predictions', 'vanilla.pretrain.test.predictions']
+
+
+def edition_files(edition):
+    return [f'{edition}.finetune.params', f'{edition}.pretrain.dev.predictions',
+            f'{edition}.pretrain.test.predictions']
+
+
+def src_members():
+    names = set()
+    for root, dirs, files in os.walk(os.path.join(REPO, 'src')):
+        dirs[:] = [d for d in dirs if d != '__pycache__' and not d.startswith('.')]
+        for f in files:
+            if not f.endswith('.pyc') and not f.startswith('.'):
+                rel = os.path.relpath(os.path.join(root, f), REPO)
+                names.add(rel.replace(os.sep, '/'))
+    return names
+
+
+def write_lines(path, n, text='London'):
+    with open(path, 'w', encoding='utf-8') as f:
+        for i in range(n):
+            f.write(f'{text}{i}\n')
+
+
+def make_data(folder):
+    with open(folder / 'wiki.txt', 'w', encoding='utf-8') as f:
+        f.write('Ada Lovelace was born in London.\n')
+    with open(folder / 'birth_places_train.tsv', 'w', encoding='utf-8') as f:
+        f.write('Where was Ada Lovelace born?\tLondon\n')
+    write_lines(folder / 'birth_dev.tsv', DEV_LINES, 'Where was X born?\tParis')
+    write_lines(folder / 'birth_test_inputs.tsv', TEST_LINES, 'Where was Y born?')
+
+
+def make_outputs(folder, edition):
+    for name in COMMON + edition_files(edition):
+        path = folder / name
+        if name.endswith('.params'):
+            path.write_bytes(b'PK\x03\x04 fake state_dict ' + name.encode())
+        elif '.dev.' in name:
+            write_lines(path, DEV_LINES)
+        else:
+            write_lines(path, TEST_LINES)
+
+
+def run(cwd, *args):
+    env = dict(os.environ, PYTHON=sys.executable)
+    return subprocess.run(['bash', SCRIPT, *args], cwd=cwd, env=env, text=True,
+                          capture_output=True, timeout=60)
+
+
+def leftovers(folder):
+    return [f for f in os.listdir(folder) if f.endswith('.tmp') or f.endswith('.zip')]
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    make_data(tmp_path)
+    return tmp_path
+
+
+@pytest.mark.parametrize('edition,explicit', [('synthesizer', False), ('synthesizer', True),
+                                              ('perceiver', False), ('perceiver', True)])
+def test_complete_submission_is_zipped(workdir, edition, explicit):
+    make_outputs(workdir, edition)
+    r = run(workdir, *(['--edition', edition] if explicit else []))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f'edition: {edition}' in r.stdout
+    assert leftovers(workdir) == [ZIP]
+    with zipfile.ZipFile(workdir / ZIP) as z:
+        assert z.testzip() is None
+        names = set(z.namelist())
+        expected = src_members() | set(DATA) | set(COMMON) | set(edition_files(edition))
+        assert names == expected
+        assert 'src/run.py' in names and 'src/model.py' in names
+        other = 'perceiver' if edition == 'synthesizer' else 'synthesizer'
+        assert not any(n.startswith(other) for n in names)
+        for name in COMMON + edition_files(edition) + DATA:
+            assert z.read(name) == (workdir / name).read_bytes(), name
+
+
+def test_dir_and_output_flags(workdir, tmp_path_factory):
+    outputs = workdir / 'runs'
+    outputs.mkdir()
+    make_outputs(outputs, 'perceiver')
+    target = tmp_path_factory.mktemp('out') / 'a5.zip'
+    r = run(workdir, '--dir', 'runs', '--output', str(target))
+    assert r.returncode == 0, r.stdout + r.stderr
+    with zipfile.ZipFile(target) as z:
+        assert 'perceiver.finetune.params' in z.namelist()
+        assert 'runs/perceiver.finetune.params' not in z.namelist()
+    assert not (workdir / ZIP).exists()
+
+
+@pytest.mark.parametrize('edition', ['synthesizer', 'perceiver'])
+@pytest.mark.parametrize('victim', ['vanilla.model.params', 'vanilla.pretrain.test.predictions',
+                                    '{e}.finetune.params', '{e}.pretrain.dev.predictions'])
+def test_missing_file_refused(workdir, edition, victim):
+    make_outputs(workdir, edition)
+    victim = victim.format(e=edition)
+    os.remove(workdir / victim)
+    r = run(workdir, '--edition', edition)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f'{victim}: missing' in r.stderr
+    assert leftovers(workdir) == []
+
+
+@pytest.mark.parametrize('edition', ['synthesizer', 'perceiver'])
+@pytest.mark.parametrize('victim', ['vanilla.finetune.params', '{e}.pretrain.test.predictions'])
+def test_empty_file_refused(workdir, edition, victim):
+    make_outputs(workdir, edition)
+    victim = victim.format(e=edition)
+    (workdir / victim).write_bytes(b'')
+    r = run(workdir, '--edition', edition)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f'{victim}: empty' in r.stderr
+    assert leftovers(workdir) == []
+
+
+@pytest.mark.parametrize('edition', ['synthesizer', 'perceiver'])
+@pytest.mark.parametrize('victim,lines,want', [
+    ('vanilla.nopretrain.dev.predictions', DEV_LINES - 1, DEV_LINES),
+    ('{e}.pretrain.dev.predictions', DEV_LINES + 1, DEV_LINES),
+    ('vanilla.pretrain.test.predictions', DEV_LINES, TEST_LINES),   # dev predictions as test
+    ('{e}.pretrain.test.predictions', TEST_LINES - 1, TEST_LINES),
+])
+def test_wrong_line_count_refused(workdir, edition, victim, lines, want):
+    make_outputs(workdir, edition)
+    victim = victim.format(e=edition)
+    write_lines(workdir / victim, lines)
+    r = run(workdir)  # auto-detected edition
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f'{victim}: {lines} lines, expected {want}' in r.stderr
+    assert leftovers(workdir) == []
+
+
+def test_last_line_without_newline_counts(workdir):
+    make_outputs(workdir, 'perceiver')
+    path = workdir / 'perceiver.pretrain.test.predictions'
+    path.write_bytes(path.read_bytes().rstrip(b'\n'))
+    assert run(workdir).returncode == 0
+
+
+def test_every_problem_listed_and_old_zip_kept(workdir):
+    make_outputs(workdir, 'synthesizer')
+    (workdir / ZIP).write_bytes(b'old zip')
+    os.remove(workdir / 'vanilla.model.params')
+    (workdir / 'synthesizer.finetune.params').write_bytes(b'')
+    write_lines(workdir / 'vanilla.pretrain.dev.predictions', 3)
+    r = run(workdir)
+    assert r.returncode == 1
+    assert 'vanilla.model.params: missing' in r.stderr
+    assert 'synthesizer.finetune.params: empty' in r.stderr
+    assert 'vanilla.pretrain.dev.predictions: 3 lines, expected 500' in r.stderr
+    assert (workdir / ZIP).read_bytes() == b'old zip'
+    assert leftovers(workdir) == [ZIP]
+
+
+def test_line_counts_follow_the_tsv(workdir):
+    # the expected count comes from the input TSV found, not a constant
+    make_outputs(workdir, 'perceiver')
+    write_lines(workdir / 'birth_test_inputs.tsv', 10, 'Where was Z born?')
+    r = run(workdir)
+    assert r.returncode == 1
+    assert f'{TEST_LINES} lines, expected 10 (one per line of birth_test_inputs.tsv)' in r.stderr
+
+
+def test_ambiguous_or_unknown_edition(workdir):
+    r = run(workdir)
+    assert r.returncode == 2 and 'cannot tell the edition' in r.stderr
+    make_outputs(workdir, 'synthesizer')
+    make_outputs(workdir, 'perceiver')
+    r = run(workdir)
+    assert r.returncode == 2 and 'ambiguous edition' in r.stderr and '--edition' in r.stderr
+    assert leftovers(workdir) == []
+    r = run(workdir, '--edition', 'synthesizer')
+    assert r.returncode == 0, r.stderr
+    with zipfile.ZipFile(workdir / ZIP) as z:
+        assert not any(n.startswith('perceiver') for n in z.namelist())

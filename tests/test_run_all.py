@@ -1,0 +1,72 @@
+"""scripts/run_all.py: stage planning (the handout's commands and file names), skipping finished
+stages, and the report built from predictions files and tensorboard logs."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+sys.path.insert(0, os.path.join(REPO, 'scripts'))
+import run_all  # noqa: E402
+
+
+def test_commands_are_the_handouts():
+    steps = dict(run_all.commands('perceiver'))
+    assert steps['pretrain'][:3] == ['pretrain', 'perceiver', 'wiki.txt']
+    assert steps['pretrain'][3:7] == ['--bottleneck_dim', '64', '--pretrain_lr', '6e-4']
+    assert run_all.output_of(steps['pretrain']) == 'perceiver.pretrain.params'
+    assert run_all.output_of(steps['finetune']) == 'perceiver.finetune.params'
+    assert steps['finetune'][steps['finetune'].index('--reading_params_path') + 1] == 'perceiver.pretrain.params'
+    assert run_all.output_of(steps['evaluate-dev']) == 'perceiver.pretrain.dev.predictions'
+    assert run_all.output_of(steps['evaluate-test']) == 'perceiver.pretrain.test.predictions'
+    scratch = dict(run_all.commands('vanilla-nopretrain'))
+    assert set(scratch) == {'finetune', 'evaluate-dev', 'evaluate-test'}
+    assert '--reading_params_path' not in scratch['finetune']
+    assert run_all.output_of(scratch['finetune']) == 'vanilla.model.params'
+    assert run_all.output_of(scratch['evaluate-test']) == 'vanilla.nopretrain.test.predictions'
+
+
+@pytest.fixture
+def finished_run(tmp_path):
+    """An output folder as a finished run leaves it: predictions files and tensorboard logs."""
+    from torch.utils.tensorboard import SummaryWriter
+    gold = [line.rstrip('\n').split('\t')[1]
+            for line in open(os.path.join(REPO, 'data', 'birth_dev.tsv'), encoding='utf-8')]
+    preds = [g if i < 60 else 'Nowhere' for i, g in enumerate(gold)]  # 60/500 right = 12%
+    (tmp_path / 'vanilla.pretrain.dev.predictions').write_text('\n'.join(preds) + '\n')
+    for function in ('pretrain', 'finetune'):
+        w = SummaryWriter(str(tmp_path / 'expt' / function / 'vanilla_vanilla_32_pt_lr_0.006000_ft_lr_0.000600'))
+        for step in range(50):
+            w.add_scalar('train/loss', 3.0 - step / 50, step)
+        w.close()
+    return tmp_path
+
+
+def test_report_from_outputs(finished_run):
+    subprocess.run([sys.executable, os.path.join(REPO, 'scripts', 'run_all.py'), '--report-only',
+                    '--out', str(finished_run)], check=True, capture_output=True)
+    report = json.loads((finished_run / 'report.json').read_text())
+    dev = {m['model']: m['dev'] for m in report['models']}
+    assert dev['london'] == {'correct': 25.0, 'total': 500.0, 'percent': 5.0}
+    assert dev['vanilla'] == {'correct': 60.0, 'total': 500.0, 'percent': 12.0}
+    assert dev['synthesizer'] is None  # not run: no predictions file
+    md = (finished_run / 'report.md').read_text()
+    assert '| vanilla | 12.0% (60/500) | 20.2% |' in md
+    png = (finished_run / 'loss_curves.png').read_bytes()
+    assert png[:8] == b'\x89PNG\r\n\x1a\n'
+
+
+def test_finished_stages_are_skipped(tmp_path):
+    # every output of the London-free plan exists: nothing may run (run.py would fail: no params)
+    for name in run_all.MODELS:
+        for _, argv in run_all.commands(name):
+            (tmp_path / run_all.output_of(argv)).write_text('x\n')
+    proc = subprocess.run([sys.executable, os.path.join(REPO, 'scripts', 'run_all.py'),
+                           '--out', str(tmp_path), '--models', 'vanilla', 'perceiver'],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count('skip ') == 8
+    assert '+ python src/run.py' not in proc.stdout

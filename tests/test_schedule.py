@@ -1,0 +1,242 @@
+"""The trainer against the handout's: the LR schedule (token-counted warmup then cosine to a 10%
+floor), weight decay groups, and the padding trimming that must change neither the schedule nor
+the loss."""
+import math
+
+import pytest
+import torch
+
+import dataset
+import model
+import trainer
+
+BLOCK = 128
+
+
+def handout_lr_mult(tokens, warmup_tokens, final_tokens):
+    """The handout's trainer.py, written out."""
+    if tokens < warmup_tokens:
+        return float(tokens) / float(max(1, warmup_tokens))
+    progress = float(tokens - warmup_tokens) / float(max(1, final_tokens - warmup_tokens))
+    return max(0.1, 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
+# ---- lr_multiplier ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize('warmup,final', [(512 * 20, 200 * 2939 * 128), (1000, 5000), (0, 100)])
+def test_lr_multiplier_is_the_handouts(warmup, final):
+    conf = trainer.TrainerConfig(warmup_tokens=warmup, final_tokens=final)
+    points = {0, 1, warmup // 2, max(warmup - 1, 0), warmup, warmup + 1,
+              (warmup + final) // 2, final - 1, final, final + 1, int(final * 1.5), final * 3}
+    points |= {int(t) for t in torch.linspace(0, final * 1.2, 97).tolist()}
+    for t in sorted(points):
+        assert trainer.lr_multiplier(t, conf) == pytest.approx(handout_lr_mult(t, warmup, final),
+                                                               rel=1e-12, abs=1e-15), t
+
+
+def test_lr_multiplier_shape():
+    conf = trainer.TrainerConfig(warmup_tokens=1000, final_tokens=11000)
+    f = lambda t: trainer.lr_multiplier(t, conf)  # noqa: E731
+    assert f(0) == 0.0
+    assert f(500) == pytest.approx(0.5)
+    assert f(1000) == pytest.approx(1.0)
+    assert f(6000) == pytest.approx(0.5)  # halfway down the cosine
+    assert f(10990) == pytest.approx(0.1)  # floor reached before final_tokens
+    assert f(11000) == pytest.approx(0.1)
+    ups = [f(t) for t in range(0, 1000, 50)]
+    downs = [f(t) for t in range(1000, 11001, 250)]
+    assert ups == sorted(ups) and downs == sorted(downs, reverse=True)
+    assert min(downs) >= 0.1
+
+
+def test_trainer_config_defaults():
+    c = trainer.TrainerConfig()
+    assert (c.max_epochs, c.batch_size, c.learning_rate, c.betas, c.grad_norm_clip) == \
+        (10, 64, 3e-4, (0.9, 0.95), 1.0)
+    assert (c.weight_decay, c.lr_decay, c.warmup_tokens, c.final_tokens) == (0.1, False, 375e6, 260e9)
+    assert (c.ckpt_path, c.num_workers, c.writer) == (None, 0, None)
+    assert trainer.TrainerConfig(max_epochs=3, batch_size=5).max_epochs == 3
+
+
+# ---- optimizer groups ---------------------------------------------------------------------------
+
+def tiny_gpt(vocab=20, block=BLOCK, **kw):
+    conf = dict(n_layer=4, n_head=2, n_embd=16)
+    conf.update(kw)
+    return model.GPT(model.GPTConfig(vocab, block, **conf))
+
+
+DECAYED_SUFFIXES = ('key.weight', 'query.weight', 'value.weight', 'proj.weight', 'w1.weight',
+                    'mlp.0.weight', 'mlp.2.weight', 'head.weight', 'attn.w2')
+
+
+@pytest.mark.parametrize('kw', [{}, dict(synthesizer=True), dict(perceiver=True, bottleneck_dim=8)],
+                         ids=['vanilla', 'synthesizer', 'perceiver'])
+def test_optimizer_groups(kw):
+    gpt = tiny_gpt(**kw)
+    groups = trainer.optimizer_groups(gpt, 0.1)
+    assert [g['weight_decay'] for g in groups] == [0.1, 0.0]
+    ids = [id(p) for g in groups for p in g['params']]
+    assert len(ids) == len(set(ids))  # nothing twice
+    names = {id(p): n for n, p in gpt.named_parameters()}
+    assert set(ids) == set(names)  # everything once
+    decayed = {names[id(p)] for p in groups[0]['params']}
+    plain = {names[id(p)] for p in groups[1]['params']}
+    for n in decayed:
+        assert n.endswith(DECAYED_SUFFIXES), n
+    for n in plain:
+        assert not n.endswith(DECAYED_SUFFIXES), n
+        assert n.endswith(('.bias', 'ln1.weight', 'ln2.weight', 'ln_f.weight', 'tok_emb.weight',
+                           'attn.b2')) or n in ('pos_emb', 'down_block.C'), n
+    assert 'head.weight' in decayed and 'pos_emb' in plain and 'tok_emb.weight' in plain
+    assert 'blocks.0.mlp.0.weight' in decayed and 'blocks.0.mlp.0.bias' in plain
+    assert 'ln_f.weight' in plain and 'ln_f.bias' in plain
+    if kw.get('synthesizer'):
+        assert 'blocks.0.attn.w2' in decayed and 'blocks.0.attn.b2' in plain
+    if kw.get('perceiver'):
+        assert 'down_block.C' in plain and 'up_block.attn.key.weight' in decayed
+    # the groups work as AdamW's
+    torch.optim.AdamW(groups, lr=1e-3)
+
+
+# ---- trim_padding ---------------------------------------------------------------------------------
+
+def batch(lengths, width=127, seed=0):
+    """x random ids; y non-PAD (ids >= 1) on [0, length) of each row, PAD after."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randint(1, 20, (len(lengths), width), generator=gen)
+    y = torch.randint(1, 20, (len(lengths), width), generator=gen)
+    for i, n in enumerate(lengths):
+        y[i, n:] = 0
+    return x, y
+
+
+def test_trim_padding_drops_exactly_the_all_pad_columns():
+    x, y = batch([10, 37, 5])
+    y[0, 3] = 0  # PAD inside a row does not matter
+    tx, ty = trainer.trim_padding(x, y)
+    assert tx.shape == ty.shape == (3, 37)
+    assert torch.equal(tx, x[:, :37]) and torch.equal(ty, y[:, :37])
+    assert torch.all(y[:, 37:] == 0) and torch.any(ty[:, -1] != 0)
+
+
+def test_trim_padding_multiple_and_min_len():
+    x, y = batch([10, 37, 5])
+    assert trainer.trim_padding(x, y, multiple=8)[0].shape[1] == 40
+    assert trainer.trim_padding(x, y, multiple=1)[0].shape[1] == 37
+    assert trainer.trim_padding(x, y, min_len=64)[0].shape[1] == 64
+    assert trainer.trim_padding(x, y, min_len=64, multiple=8)[1].shape[1] == 64
+    assert trainer.trim_padding(x, y, min_len=30, multiple=8)[1].shape[1] == 40
+    assert trainer.trim_padding(x, y, min_len=20)[0].shape[1] == 37
+    # never wider than the batch, even when rounding up would be
+    x, y = batch([125])
+    assert trainer.trim_padding(x, y, multiple=8)[0].shape[1] == 127
+    x, y = batch([127])
+    assert trainer.trim_padding(x, y, multiple=8)[0].shape[1] == 127
+    # all PAD: one column is kept (or min_len)
+    x, y = batch([0, 0])
+    assert trainer.trim_padding(x, y)[0].shape == (2, 1)
+    assert trainer.trim_padding(x, y, min_len=16)[0].shape == (2, 16)
+    # the trimmed tensors are contiguous (they are viewed by the loss)
+    assert trainer.trim_padding(*batch([10, 20]))[1].is_contiguous()
+
+
+@pytest.mark.parametrize('kw,min_len', [({}, 0), (dict(synthesizer=True), 0),
+                                        (dict(perceiver=True, bottleneck_dim=16), 16)],
+                         ids=['vanilla', 'synthesizer', 'perceiver'])
+def test_trimming_changes_neither_logits_nor_loss(kw, min_len):
+    torch.manual_seed(0)
+    gpt = tiny_gpt(**kw).eval()
+    x, y = batch([9, 21, 3])
+    tx, ty = trainer.trim_padding(x, y, min_len=min_len, multiple=1)
+    assert tx.shape[1] == max(21, min_len) < 127
+    with torch.no_grad():
+        logits, loss = gpt(x, y)
+        tlogits, tloss = gpt(tx, ty)
+    torch.testing.assert_close(tlogits, logits[:, :tx.shape[1]], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(tloss, loss, atol=1e-6, rtol=1e-5)
+
+
+# ---- the trainer: LR per step counts the full padded rows ---------------------------------------
+
+class RecordingWriter:
+    def __init__(self):
+        self.scalars = {}
+
+    def add_scalar(self, tag, value, step):
+        self.scalars.setdefault(tag, []).append((step, value))
+
+
+PEOPLE = ['Ada Brook', 'Ben Carter', 'Cleo Dunn', 'Dan Evans', 'Eve Fox', 'Finn Gray',
+          'Gus Hale', 'Hana Ito', 'Ivan Jones', 'Jude Kim', 'Kai Lowe', 'Lena Marx',
+          'Milo Nash', 'Nora Owen', 'Otto Pike', 'Pia Quinn', 'Rex Stone', 'Sara Tate',
+          'Tom Ueda', 'Uma Vale']
+PLACES = ['London', 'Paris', 'Berlin', 'Rome', 'Madrid']
+
+
+@pytest.fixture
+def name_data():
+    tsv = ''.join(f'Where was {n} born?\t{PLACES[i % 5]}\n' for i, n in enumerate(PEOPLE))
+    corpus = tsv.replace('\t', ' ')
+    return dataset.NameDataset(dataset.CharCorruptionDataset(corpus, BLOCK), tsv)
+
+
+@pytest.mark.parametrize('kw,min_len', [({}, 0), (dict(perceiver=True, bottleneck_dim=48), 48)],
+                         ids=['vanilla', 'perceiver'])
+def test_trainer_lr_counts_padded_tokens(name_data, monkeypatch, kw, min_len):
+    torch.manual_seed(0)
+    gpt = tiny_gpt(vocab=len(name_data.stoi), n_layer=2, **kw)
+
+    widths = []
+    gpt.register_forward_pre_hook(lambda mod, args: widths.append(args[0].shape[1]))
+
+    used_lrs = []
+    real_adamw = torch.optim.AdamW
+
+    class RecordingAdamW(real_adamw):
+        def step(self, *a, **k):
+            used_lrs.append(self.param_groups[0]['lr'])
+            return super().step(*a, **k)
+
+    monkeypatch.setattr(torch.optim, 'AdamW', RecordingAdamW)
+
+    lr, warmup, final = 6e-4, 1500, 5200
+    writer = RecordingWriter()
+    conf = trainer.TrainerConfig(max_epochs=2, batch_size=8, learning_rate=lr, lr_decay=True,
+                                 warmup_tokens=warmup, final_tokens=final, writer=writer,
+                                 min_len=min_len)
+    t = trainer.Trainer(gpt, name_data, None, conf)
+    t.train()
+
+    n = len(name_data)  # 20 examples: batches of 8, 8, 4 per epoch
+    sizes = [8, 8, 4] * 2
+    assert t.tokens == 2 * n * 127
+    tokens_after = [127 * sum(sizes[:i + 1]) for i in range(len(sizes))]
+    expected = [lr * handout_lr_mult(tok, warmup, final) for tok in tokens_after]
+    logged = writer.scalars['train/lr']
+    assert [s for s, _ in logged] == list(range(6))
+    assert [v for _, v in logged] == pytest.approx(expected, rel=1e-12)
+    # the optimizer stepped with: the initial lr, then the value set after each step
+    assert used_lrs == pytest.approx([lr] + expected[:-1], rel=1e-12)
+    # the schedule went through warmup, the cosine and the floor
+    assert expected[0] == pytest.approx(lr * 8 * 127 / warmup)
+    assert expected[2] < expected[1] < lr and expected[-1] == pytest.approx(0.1 * lr)
+    # ... although the batches the model saw were trimmed
+    assert len(widths) == 6 and max(widths) < 127
+    assert all(w >= min_len and w % 8 == 0 for w in widths)
+    losses = writer.scalars['train/loss']
+    assert len(losses) == 6 and all(math.isfinite(v) for _, v in losses)
+
+
+def test_trainer_without_decay_keeps_lr(name_data):
+    torch.manual_seed(0)
+    gpt = tiny_gpt(vocab=len(name_data.stoi), n_layer=1)
+    writer = RecordingWriter()
+    before = {k: v.clone() for k, v in gpt.state_dict().items()}
+    conf = trainer.TrainerConfig(max_epochs=1, batch_size=16, learning_rate=1e-3, writer=writer)
+    t = trainer.Trainer(gpt, name_data, None, conf)
+    t.train()
+    assert [v for _, v in writer.scalars['train/lr']] == [1e-3, 1e-3]
+    assert t.tokens == 20 * 127
+    changed = [k for k, v in gpt.state_dict().items() if not torch.equal(v, before[k])]
+    assert 'head.weight' in changed and 'blocks.0.attn.mask' not in changed

@@ -37,9 +37,13 @@ class NameDataset(Dataset):
         # the empty string after the final newline. Dropping blank lines (and CRLF's '\r') gives the
         # same examples for a well-formed file and keeps the last line of a file without a
         # trailing newline.
+        # Errors name the line of the file (blank lines counted).
         lines = data.encode('utf-8').decode('ascii', errors='ignore').split('\n')
-        self.data = [line.rstrip('\r') for line in lines if line.strip()]
-        for lineno, line in enumerate(self.data, 1):
+        self.data = []
+        for lineno, line in enumerate(lines, 1):
+            line = line.rstrip('\r')
+            if not line.strip():
+                continue
             if line.count('\t') != 1:
                 raise UsageError(f'finetune corpus line {lineno}: expected "question<TAB>place", '
                                  f'found {line.count(chr(9))} tabs: {line[:60]!r}')
@@ -47,6 +51,7 @@ class NameDataset(Dataset):
             if unknown:
                 raise UsageError(f'finetune corpus line {lineno}: character {unknown[0]!r} is not '
                                  f'in the pretraining vocabulary')
+            self.data.append(line)
 
     def __len__(self):
         return len(self.data)

@@ -12,6 +12,7 @@ presets.py). Flags the handout does not have only change how fast or how long a 
 import argparse
 import os
 import sys
+import tempfile
 
 import torch
 
@@ -115,14 +116,21 @@ def pick_precision(name, device, training):
 
 
 def check_writable(path, flag):
-    """Fail before hours of training, not after, when an output cannot be written."""
+    """Fail before hours of training, not after, when an output cannot be written. The outputs
+    are written as a temporary file in the same folder, renamed over the old one (atomic_write),
+    so that is what is tried here; os.access alone says yes to root on read-only mounts."""
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         raise UsageError(f'{flag} {path} is a directory')
     if not os.path.isdir(folder):
-        raise UsageError(f'{flag} {path}: directory {folder} does not exist')
-    if not os.access(folder, os.W_OK):
-        raise UsageError(f'{flag} {path}: directory {folder} is not writable')
+        why = 'is not a directory' if os.path.exists(folder) else 'does not exist'
+        raise UsageError(f'{flag} {path}: {folder} {why}')
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix='.write-test-')
+        os.close(fd)
+        os.remove(probe)
+    except OSError as e:
+        raise UsageError(f'{flag} {path}: directory {folder} is not writable ({e.strerror})')
 
 
 def require(args, *flags):
@@ -146,6 +154,10 @@ def describe_model(args):
 
 
 def load_params(gpt, path, args, device):
+    """Load a params file into gpt. weights_only: a params file is data, never code to run;
+    map_location: params trained on a GPU load on a machine without one."""
+    if os.path.isdir(path):
+        raise UsageError(f'--reading_params_path {path} is a directory, not a params file')
     if not os.path.isfile(path):
         raise UsageError(f'--reading_params_path {path}: file not found')
     try:
@@ -153,8 +165,11 @@ def load_params(gpt, path, args, device):
     except Exception as e:  # not a torch file, truncated, or not a plain state_dict
         raise UsageError(f'--reading_params_path {path}: not a readable params file '
                          f'({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ""})')
-    if not isinstance(state, dict):
-        raise UsageError(f'--reading_params_path {path}: not a state_dict')
+    if isinstance(state, dict) and {'model', 'optimizer', 'epoch'} <= set(state):
+        raise UsageError(f'--reading_params_path {path} is a --resume checkpoint, not a params '
+                         'file: continue that run with --resume, or read its finished params')
+    if not isinstance(state, dict) or not all(torch.is_tensor(v) for v in state.values()):
+        raise UsageError(f'--reading_params_path {path}: not a state_dict of tensors')
     expected = gpt.state_dict()
     mismatch = set(state) != set(expected) or any(
         tuple(state[k].shape) != tuple(v.shape) for k, v in expected.items())
@@ -193,45 +208,79 @@ def train(gpt, data, args, stage, pretrain_len, lr, device, writer, path):
         min_len=args.bottleneck_dim if args.variant == 'perceiver' else 0,
         log_every=1 if device == 'cpu' else 25,
         resume_path=path + '.ckpt', resume=args.resume, checkpoint_every=args.checkpoint_every)
-    if args.resume and not os.path.isfile(tconf.resume_path):
-        raise UsageError(f'--resume: no checkpoint {tconf.resume_path} to resume from')
     trainer.Trainer(gpt, data, None, tconf).train()
     if RANK == 0:
-        utils.save_state_dict(gpt, path)
-        if os.path.exists(tconf.resume_path):  # finished: nothing left to resume
-            os.remove(tconf.resume_path)
+        # training is over: a first Ctrl-C/SIGTERM now waits until the params are on disk
+        # (killing the process here would lose the whole finished run)
+        with trainer.StopRequest():
+            utils.save_state_dict(gpt, path)
+            if os.path.exists(tconf.resume_path):  # finished: nothing left to resume
+                os.remove(tconf.resume_path)
 
 
 def read_questions(path, stoi, strict):
-    """The handout's prompts: each line's text before the first tab (for an input file without
-    gold places that keeps the line's '\\n', which the handout feeds to the model too), + ⁇."""
+    """The handout's prompts: each line's text before the tab (for an input file without gold
+    places that keeps the line's '\\n', which the handout feeds to the model too), + ⁇.
+
+    Checked before any time is spent on the model, so a bad file clobbers no old predictions:
+    every non-blank line is `question<TAB>place` or (an input file without gold places) every one
+    is a bare question. CRLF line ends read as LF. A blank line has no question: its entry is
+    None and it gets an empty prediction, so the predictions file still has one line per input
+    line. Characters outside the pretraining vocabulary are dropped with a warning naming the
+    line (the handout would stop with a KeyError), or are an error with `strict`."""
+    try:
+        with open(path, encoding='utf-8', newline='') as f:
+            lines = list(f)
+    except UnicodeDecodeError as e:
+        raise UsageError(f'--eval_corpus_path {path}: not UTF-8 text ({e.reason} at byte {e.start})')
+    if not any(line.strip() for line in lines):
+        raise UsageError(f'--eval_corpus_path {path} has no questions (the file is empty)')
     prompts = []
-    with open(path, encoding='utf-8', newline='') as f:
-        for lineno, line in enumerate(f, 1):
-            question = line.replace('\r\n', '\n').split('\t')[0] + dataset.MASK_CHAR
-            unknown = sorted(set(question) - set(stoi))
-            if unknown:
-                if strict:
-                    raise UsageError(f'--eval_corpus_path {path} line {lineno}: character '
-                                     f'{unknown[0]!r} is not in the pretraining vocabulary')
-                print(f'warning: {path} line {lineno}: dropped characters outside the '
-                      f'vocabulary: {"".join(unknown)!r}', file=sys.stderr)
-            prompts.append([stoi[c] for c in question if c in stoi])
+    gold = None  # whether the file's lines have a place column: the first non-blank line says
+    for lineno, line in enumerate(lines, 1):
+        line = line.replace('\r\n', '\n')
+        if not line.strip():
+            prompts.append(None)
+            continue
+        tabs = line.count('\t')
+        if tabs > 1:
+            raise UsageError(f'--eval_corpus_path {path} line {lineno}: expected '
+                             f'"question<TAB>place" or a bare question, found {tabs} tabs')
+        if gold is None:
+            gold, first = tabs == 1, lineno
+        elif gold != (tabs == 1):
+            raise UsageError(f'--eval_corpus_path {path} line {lineno}: '
+                             + ('no tab, but line {} has "question<TAB>place"' if gold else
+                                'has a tab, but line {} is a bare question').format(first))
+        question = line.split('\t')[0] + dataset.MASK_CHAR
+        unknown = sorted(set(question) - set(stoi))
+        if unknown:
+            if strict:
+                raise UsageError(f'--eval_corpus_path {path} line {lineno}: character '
+                                 f'{unknown[0]!r} is not in the pretraining vocabulary')
+            print(f'warning: {path} line {lineno}: dropped characters outside the '
+                  f'vocabulary: {"".join(unknown)!r}', file=sys.stderr)
+        prompts.append([stoi[c] for c in question if c in stoi])
     return prompts
 
 
-def evaluate(gpt, args, corpus, vocab, device):
+def evaluate(gpt, args, corpus, prompts, vocab, device):
+    """Greedy answers to read_questions' prompts, written to --outputs_path (one per line)."""
     gpt.eval()
-    prompts = read_questions(corpus, vocab.stoi, args.strict)
     precision = pick_precision(args.precision, device, training=False)
     autocast = torch.autocast(torch.device(device).type, dtype=torch.bfloat16,
                               enabled=precision == 'bf16')
     mask_id = vocab.stoi[dataset.MASK_CHAR]
-    completions = greedy_complete(gpt, prompts, 32, stop_id=mask_id, stop_count=2,
-                                  batch_size=args.eval_batch_size, device=device, autocast=autocast)
+    questions = [p for p in prompts if p is not None]
+    completions = iter(greedy_complete(gpt, questions, 32, stop_id=mask_id, stop_count=2,
+                                       batch_size=args.eval_batch_size, device=device,
+                                       autocast=autocast))
     predictions = []
-    for ids in completions:
-        completion = ''.join([vocab.itos[int(i)] for i in ids])
+    for prompt in prompts:
+        if prompt is None:  # a blank line: nothing asked, nothing predicted
+            predictions.append('')
+            continue
+        completion = ''.join([vocab.itos[int(i)] for i in next(completions)])
         predictions.append(completion.split(dataset.MASK_CHAR)[1])
 
     def write(tmp):
@@ -276,6 +325,9 @@ def run(args):
         raise UsageError(f'--dropout must be in [0, 1), not {args.dropout}')
     if args.resume and args.function == 'evaluate':
         raise UsageError('--resume is for pretrain and finetune')
+    if args.resume and not os.path.isfile(args.writing_params_path + '.ckpt'):
+        raise UsageError(f'--resume: no checkpoint {args.writing_params_path}.ckpt to resume from '
+                         '(it is written every --checkpoint_every epochs and on Ctrl-C/SIGTERM)')
     device = init_distributed(pick_device(args.device))
     utils.set_seed(args.seed)
 
@@ -286,37 +338,51 @@ def run(args):
         raise UsageError(f'pretrain_corpus_path {corpus_path}: not UTF-8 text ({e.reason} at byte {e.start})')
     if not text.strip():
         raise UsageError(f'pretrain_corpus_path {corpus_path} is empty')
-    pretrain_dataset = dataset.CharCorruptionDataset(text, block_size)
+    try:
+        pretrain_dataset = dataset.CharCorruptionDataset(text, block_size)
+    except UsageError as e:  # the reserved characters: say which file, and which line
+        line = next((f' line {i}' for i, s in enumerate(text.split('\n'), 1)
+                     if dataset.MASK_CHAR in s or dataset.PAD_CHAR in s), '')
+        raise UsageError(f'pretrain_corpus_path {corpus_path}{line}: {e}')
+
+    # read and check the other inputs before building anything (none of this draws random numbers,
+    # so the model's initialisation is the handout's)
+    if args.function == 'finetune':
+        try:
+            tsv = open(finetune_path, encoding='utf-8').read()
+        except UnicodeDecodeError as e:
+            raise UsageError(f'--finetune_corpus_path {finetune_path}: not UTF-8 text ({e.reason})')
+        try:
+            finetune_dataset = dataset.NameDataset(pretrain_dataset, tsv)
+        except UsageError as e:
+            raise UsageError(f'--finetune_corpus_path {finetune_path}: {e}')
+        if len(finetune_dataset) == 0:
+            raise UsageError(f'--finetune_corpus_path {finetune_path} has no examples')
+    elif args.function == 'evaluate':
+        prompts = read_questions(eval_path, pretrain_dataset.stoi, args.strict)
+
     gpt = build_model(args, pretrain_dataset.vocab_size, pretrain_dataset.block_size, device)
+    if args.reading_params_path is not None and args.function != 'pretrain':
+        load_params(gpt, args.reading_params_path, args, device)
 
     from torch.utils.tensorboard import SummaryWriter  # slow import: only once the input is known good
     writer = None if RANK != 0 else SummaryWriter(log_dir='expt/%s/%s_%s_%d_pt_lr_%f_ft_lr_%f' % (
         args.function, args.tb_expt_name, args.variant, args.bottleneck_dim,
         args.pretrain_lr if args.pretrain_lr is not None else presets.HANDOUT['pretrain']['learning_rate'],
         args.finetune_lr if args.finetune_lr is not None else presets.HANDOUT['finetune_scratch']['learning_rate']))
-
-    if args.function == 'pretrain':
-        train(gpt, pretrain_dataset, args, 'pretrain', len(pretrain_dataset), args.pretrain_lr,
-              device, writer, args.writing_params_path)
-    elif args.function == 'finetune':
-        try:
-            tsv = open(finetune_path, encoding='utf-8').read()
-        except UnicodeDecodeError as e:
-            raise UsageError(f'--finetune_corpus_path {finetune_path}: not UTF-8 text ({e.reason})')
-        finetune_dataset = dataset.NameDataset(pretrain_dataset, tsv)
-        if len(finetune_dataset) == 0:
-            raise UsageError(f'--finetune_corpus_path {finetune_path} has no examples')
-        stage = 'finetune_scratch'
-        if args.reading_params_path is not None:
-            load_params(gpt, args.reading_params_path, args, device)
-            stage = 'finetune_pretrained'
-        train(gpt, finetune_dataset, args, stage, len(pretrain_dataset), args.finetune_lr,
-              device, writer, args.writing_params_path)
-    elif RANK == 0:
-        load_params(gpt, args.reading_params_path, args, device)
-        evaluate(gpt, args, eval_path, pretrain_dataset, device)
-    if writer is not None:
-        writer.close()
+    try:
+        if args.function == 'pretrain':
+            train(gpt, pretrain_dataset, args, 'pretrain', len(pretrain_dataset), args.pretrain_lr,
+                  device, writer, args.writing_params_path)
+        elif args.function == 'finetune':
+            stage = 'finetune_pretrained' if args.reading_params_path is not None else 'finetune_scratch'
+            train(gpt, finetune_dataset, args, stage, len(pretrain_dataset), args.finetune_lr,
+                  device, writer, args.writing_params_path)
+        elif RANK == 0:
+            evaluate(gpt, args, eval_path, prompts, pretrain_dataset, device)
+    finally:  # also on an interrupt: the steps logged so far reach the events file
+        if writer is not None:
+            writer.close()
 
 
 def main(argv=None):

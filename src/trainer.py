@@ -105,7 +105,7 @@ class TrainingInterrupted(Exception):
     """Ctrl-C or SIGTERM: a resumable checkpoint has been written (its path is the message)."""
 
 
-class _StopRequest:
+class StopRequest:
     """Turns the first SIGINT/SIGTERM into a flag the loop checks after each step (so the
     checkpoint is written between steps); a second Ctrl-C stops at once."""
 
@@ -253,7 +253,7 @@ class Trainer:
             pending.clear()
 
         model.train()
-        with _StopRequest() as stop:
+        with StopRequest() as stop:
             for epoch in range(start_epoch, config.max_epochs):
                 epoch_start = generator.get_state()
                 indices = batch_indices(len(self.train_dataset), config.batch_size, generator)

@@ -67,15 +67,20 @@ def evaluate_places(filepath, predicted_places):
     """
     with open(filepath, encoding='utf-8') as fin:
         lines = [x.strip().split('\t') for x in fin]
-        if len(lines[0]) == 1:
-            print('No gold birth places provided; returning (0,0)')
-            return (0, 0)
-        true_places = [x[1] for x in lines]
-        total = len(true_places)
-        assert total == len(predicted_places)
-        correct = len(list(filter(lambda x: x[0] == x[1],
-                                  zip(true_places, predicted_places))))
-        return (float(total), float(correct))
+    # One prediction per line of the file. Beyond the handout (which fails on them with an
+    # IndexError): an empty file and blank lines have no gold place and are not counted, and
+    # whether the file has gold places is read from its first non-blank line.
+    asked = [x for x in lines if x != ['']]
+    if not asked or len(asked[0]) == 1:
+        print('No gold birth places provided; returning (0,0)')
+        return (0, 0)
+    assert len(lines) == len(predicted_places), (len(lines), len(predicted_places))
+    rows = [(x, pred) for x, pred in zip(lines, predicted_places) if x != ['']]
+    true_places = [x[1] if len(x) > 1 else None for x, _ in rows]
+    total = len(true_places)
+    correct = len(list(filter(lambda x: x[0] == x[1],
+                              zip(true_places, [pred for _, pred in rows]))))
+    return (float(total), float(correct))
 
 
 def atomic_write(path, write):
@@ -88,6 +93,10 @@ def atomic_write(path, write):
     tmp = os.path.join(folder, os.path.basename(path))
     try:
         write(tmp)
+        # on disk before the rename, so that a machine that goes down right after it cannot
+        # leave an empty file under the final name (the rename itself is atomic)
+        with open(tmp, 'rb') as f:
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

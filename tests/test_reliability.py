@@ -1,0 +1,619 @@
+"""Reliability of the command line on bad input and flaky machines (the issue "never a traceback,
+never a truncated file, never hours lost"):
+
+- bad input of every kind gives one `error: ...` line naming the file or flag, exit status 2,
+  no traceback, and leaves an existing --writing_params_path / --outputs_path byte-identical;
+- malformed but answerable evaluation input (unknown characters, blank and CRLF lines, a last
+  line without newline) still gives one prediction per input line;
+- params and predictions are written atomically and load with weights_only + map_location;
+- an interrupted run (SIGTERM, or SIGKILL after an epoch checkpoint) resumes to exactly the
+  params of the uninterrupted run;
+- torchrun with two CPU processes trains like one process with the same global batch;
+- the same --seed gives the same params file, byte for byte.
+
+Error cases run in-process through run.main (fast); training runs are real subprocesses.
+All runs are tiny: a ~30-line corpus, batch 8, one to a few epochs, fp32 on the CPU.
+"""
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+import dataset
+import model
+import run
+import utils
+from conftest import REPO
+
+RUN = os.path.join(REPO, 'src', 'run.py')
+FAST = ['--batch_size', '8', '--precision', 'fp32', '--device', 'cpu']
+ENV = dict(os.environ, PYTHONIOENCODING='utf-8', PYTHONUNBUFFERED='1')
+ENV.pop('WORLD_SIZE', None)
+
+PEOPLE = [('Ada Brook', 'London'), ('Ben Carter', 'Paris'), ('Cleo Dunn', 'Berlin'),
+          ('Dan Evans', 'Rome'), ('Eve Fox', 'Madrid'), ('Finn Gray', 'Dublin'),
+          ('Gus Hale', 'Vienna'), ('Hana Ito', 'Tokyo'), ('Ivan Jones', 'Moscow'),
+          ('Jude Kim', 'Seoul'), ('Kai Lowe', 'Oslo'), ('Lena Marx', 'Prague'),
+          ('Milo Nash', 'Lisbon'), ('Nora Owen', 'Athens'), ('Otto Pike', 'Zurich'),
+          ('Pia Quinn', 'Quebec'), ('Rex Stone', 'Cairo'), ('Sara Tate', 'Lima'),
+          ('Tom Ueda', 'Kyoto'), ('Uma Vale', 'Delhi'), ('Vera Wolf', 'Warsaw'),
+          ('Walt Xu', 'Beijing'), ('Yuri Zane', 'Kiev'), ('Zoe Abel', 'Geneva'),
+          ('Amy Bell', 'Boston'), ('Bob Cole', 'Chicago'), ('Cy Dow', 'Denver'),
+          ('Di Ely', 'Exeter'), ('Ed Ford', 'Florence'), ('Flo Gibb', 'Glasgow'),
+          ('Gil Hart', 'Havana')]
+CORPUS = '\n'.join([f'{n}. {n} was born in {p} .' for n, p in PEOPLE]
+                   + ['Where was he born? Nobody knows, said the writer.']) + '\n'
+DOCUMENTS = 33  # the lines of CORPUS and the empty one after its last newline: batches 4*8 + 1
+VOCAB = len(set(CORPUS)) + 2
+TRAIN, DEV = PEOPLE[:16], PEOPLE[16:24]
+OLD_PARAMS = b'old params: must survive every failed run\n'
+OLD_PREDICTIONS = b'old predictions: must survive every failed run\n'
+
+
+def tsv(rows, end='\n'):
+    return ''.join(f'Where was {n} born?\t{p}{end}' for n, p in rows)
+
+
+assert len(CORPUS.split('\n')) == DOCUMENTS
+
+
+def tiny_gpt(**extra):
+    torch.manual_seed(0)
+    return model.GPT(model.GPTConfig(VOCAB, 128, n_layer=4, n_head=8, n_embd=256, **extra))
+
+
+@pytest.fixture(scope='module')
+def ws(tmp_path_factory):
+    """A folder with good and bad inputs and params files (random weights: the errors and the
+    shape of the outputs do not depend on training)."""
+    d = tmp_path_factory.mktemp('reliability')
+    w = lambda name, text: (d / name).write_text(text, encoding='utf-8', newline='')
+    w('corpus.txt', CORPUS)
+    w('empty.txt', '')
+    w('blank.txt', '\n  \n\n')
+    lines = CORPUS.split('\n')
+    w('mask.txt', '\n'.join(lines[:2] + [lines[2] + dataset.MASK_CHAR] + lines[3:]))
+    w('pad.txt', '\n'.join(lines[:4] + [dataset.PAD_CHAR + lines[4]] + lines[5:]))
+    (d / 'latin1.txt').write_bytes(CORPUS.encode('utf-8') + 'Zoë'.encode('latin-1'))
+    (d / 'adir').mkdir()
+    w('train.tsv', tsv(TRAIN))
+    w('train_notab.tsv', tsv(TRAIN[:1]) + 'Where was Ben Carter born? Paris\n' + tsv(TRAIN[2:]))
+    w('train_tabs.tsv', tsv(TRAIN[:2]) + 'Where was Cleo\tDunn born?\tBerlin\n' + tsv(TRAIN[3:]))
+    w('dev.tsv', tsv(DEV))
+    w('dev_mixed.tsv', tsv(DEV[:2]) + 'Where was Dan Evans born?\n' + tsv(DEV[3:]))
+    w('dev_tabs.tsv', tsv(DEV[:1]) + 'Where was\tRex Stone born?\tCairo\n' + tsv(DEV[2:]))
+    w('dev_unknown.tsv', tsv(DEV[:2]) + 'Where was Zoé Abel born?\tGeneva\n'
+      + 'Where was Zo Abel born?\tGeneva\n' + tsv(DEV[2:]))
+    gpt = tiny_gpt()
+    torch.save(gpt.state_dict(), d / 'vanilla.params')
+    torch.save(tiny_gpt(perceiver=True, bottleneck_dim=64).state_dict(), d / 'perceiver64.params')
+    data = (d / 'vanilla.params').read_bytes()
+    (d / 'truncated.params').write_bytes(data[:len(data) // 2])
+    (d / 'text.params').write_text('Where was Ada Brook born?\tLondon\n')
+    torch.save(gpt, d / 'module.params')  # a pickled module: code, which weights_only refuses
+    torch.save({'model': gpt.state_dict(), 'optimizer': {}, 'epoch': 1, 'it': 0},
+               d / 'resume.params.ckpt')
+    return d
+
+
+@pytest.fixture
+def cli(ws, monkeypatch, capsys):
+    """run.main(argv) in-process in `ws`: (exit status, stdout, stderr). Any exception other than
+    SystemExit escapes and fails the test, as a traceback would."""
+    monkeypatch.chdir(ws)
+    monkeypatch.delenv('WORLD_SIZE', raising=False)
+    (ws / 'old.params').write_bytes(OLD_PARAMS)
+    (ws / 'old.predictions').write_bytes(OLD_PREDICTIONS)
+
+    def call(*argv):
+        capsys.readouterr()
+        try:
+            run.main([str(a) for a in argv])
+            code = 0
+        except SystemExit as e:
+            code = e.code
+        out, err = capsys.readouterr()
+        return code, out, err
+    return call
+
+
+def assert_one_error(result, ws, *words):
+    """Exit status != 0, stderr ends in exactly one `error:` line holding `words`, no traceback,
+    the old outputs untouched and no temporary files left beside them."""
+    code, out, err = result
+    assert code not in (0, None), (code, out, err)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert lines and lines[-1].startswith('error: '), err
+    assert sum(line.startswith('error') for line in lines) == 1, err
+    assert 'Traceback' not in err and 'Traceback' not in out
+    for word in words:
+        assert word in lines[-1], (word, lines[-1])
+    assert (ws / 'old.params').read_bytes() == OLD_PARAMS
+    assert (ws / 'old.predictions').read_bytes() == OLD_PREDICTIONS
+    assert not [p for p in os.listdir(ws) if p.startswith(('.tmp-', '.write-test-'))
+                or (p.endswith('.ckpt') and p != 'resume.params.ckpt')]
+    return lines[-1]
+
+
+PT = ['--writing_params_path', 'old.params'] + FAST
+FT = ['--writing_params_path', 'old.params'] + FAST
+EV = ['--outputs_path', 'old.predictions'] + FAST
+
+BAD_INPUT = {
+    # pretraining corpus
+    'corpus-missing': (['pretrain', 'vanilla', 'nothere.txt'] + PT, ['nothere.txt', 'not found']),
+    'corpus-directory': (['pretrain', 'vanilla', 'adir'] + PT, ['adir', 'directory']),
+    'corpus-empty': (['pretrain', 'vanilla', 'empty.txt'] + PT, ['empty.txt', 'empty']),
+    'corpus-blank': (['pretrain', 'vanilla', 'blank.txt'] + PT, ['blank.txt', 'empty']),
+    'corpus-mask-char': (['pretrain', 'vanilla', 'mask.txt'] + PT,
+                         ['mask.txt', 'line 3', 'MASK_CHAR', 'U+2047']),
+    'corpus-pad-char': (['pretrain', 'vanilla', 'pad.txt'] + PT,
+                        ['pad.txt', 'line 5', 'PAD_CHAR', 'U+25A1']),
+    'corpus-not-utf8': (['pretrain', 'vanilla', 'latin1.txt'] + PT, ['latin1.txt', 'UTF-8']),
+    # finetuning TSV
+    'finetune-missing': (['finetune', 'vanilla', 'corpus.txt', '--finetune_corpus_path', 'no.tsv']
+                         + FT, ['--finetune_corpus_path', 'no.tsv', 'not found']),
+    'finetune-directory': (['finetune', 'vanilla', 'corpus.txt', '--finetune_corpus_path', 'adir']
+                           + FT, ['--finetune_corpus_path', 'adir', 'directory']),
+    'finetune-no-tab': (['finetune', 'vanilla', 'corpus.txt', '--finetune_corpus_path',
+                         'train_notab.tsv'] + FT, ['train_notab.tsv', 'line 2', '0 tabs']),
+    'finetune-extra-tabs': (['finetune', 'vanilla', 'corpus.txt', '--finetune_corpus_path',
+                             'train_tabs.tsv'] + FT, ['train_tabs.tsv', 'line 3', '2 tabs']),
+    'finetune-empty': (['finetune', 'vanilla', 'corpus.txt', '--finetune_corpus_path',
+                        'blank.txt'] + FT, ['blank.txt', 'no examples']),
+    # evaluation TSV
+    'eval-missing': (['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path', 'vanilla.params',
+                      '--eval_corpus_path', 'no.tsv'] + EV, ['--eval_corpus_path', 'no.tsv', 'not found']),
+    'eval-directory': (['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path',
+                        'vanilla.params', '--eval_corpus_path', 'adir'] + EV,
+                       ['--eval_corpus_path', 'adir', 'directory']),
+    'eval-no-tab-among-gold': (['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path',
+                                'vanilla.params', '--eval_corpus_path', 'dev_mixed.tsv'] + EV,
+                               ['dev_mixed.tsv', 'line 3', 'no tab']),
+    'eval-extra-tabs': (['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path',
+                         'vanilla.params', '--eval_corpus_path', 'dev_tabs.tsv'] + EV,
+                        ['dev_tabs.tsv', 'line 2', '2 tabs']),
+    'eval-empty': (['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path', 'vanilla.params',
+                    '--eval_corpus_path', 'empty.txt'] + EV, ['empty.txt', 'empty']),
+    'eval-unknown-char-strict': (['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path',
+                                  'vanilla.params', '--eval_corpus_path', 'dev_unknown.tsv',
+                                  '--strict'] + EV, ['dev_unknown.tsv', 'line 3', "'é'", 'vocabulary']),
+    # params files
+    'params-missing': (['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path', 'no.params',
+                        '--eval_corpus_path', 'dev.tsv'] + EV,
+                       ['--reading_params_path', 'no.params', 'not found']),
+    'params-directory': (['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path', 'adir',
+                          '--eval_corpus_path', 'dev.tsv'] + EV,
+                         ['--reading_params_path', 'adir', 'directory']),
+    'params-not-torch': (['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path', 'text.params',
+                          '--eval_corpus_path', 'dev.tsv'] + EV,
+                         ['text.params', 'not a readable params file']),
+    'params-truncated': (['finetune', 'vanilla', 'corpus.txt', '--reading_params_path',
+                          'truncated.params', '--finetune_corpus_path', 'train.tsv'] + FT,
+                         ['truncated.params', 'not a readable params file']),
+    'params-pickled-module': (['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path',
+                               'module.params', '--eval_corpus_path', 'dev.tsv'] + EV,
+                              ['module.params', 'not a readable params file']),
+    'params-resume-checkpoint': (['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path',
+                                  'resume.params.ckpt', '--eval_corpus_path', 'dev.tsv'] + EV,
+                                 ['resume.params.ckpt', '--resume checkpoint']),
+    'params-other-variant': (['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path',
+                              'perceiver64.params', '--eval_corpus_path', 'dev.tsv'] + EV,
+                             ['params are a perceiver model with bottleneck_dim 64',
+                              'you asked for a vanilla model']),
+    'params-other-bottleneck': (['finetune', 'perceiver', 'corpus.txt', '--reading_params_path',
+                                 'perceiver64.params', '--finetune_corpus_path', 'train.tsv'] + FT,
+                                ['params are a perceiver model with bottleneck_dim 64',
+                                 'you asked for a perceiver model with bottleneck_dim 32']),
+    'params-vanilla-for-synthesizer': (['evaluate', 'synthesizer', 'corpus.txt',
+                                        '--reading_params_path', 'vanilla.params',
+                                        '--eval_corpus_path', 'dev.tsv'] + EV,
+                                       ['params are a vanilla model', 'synthesizer']),
+    # output paths
+    'outputs-dir-missing': (['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path',
+                             'vanilla.params', '--eval_corpus_path', 'dev.tsv', '--outputs_path',
+                             'nodir/x.predictions'] + FAST, ['--outputs_path', 'nodir', 'does not exist']),
+    'outputs-is-directory': (['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path',
+                              'vanilla.params', '--eval_corpus_path', 'dev.tsv', '--outputs_path',
+                              'adir'] + FAST, ['--outputs_path', 'adir', 'is a directory']),
+    'params-dir-missing': (['pretrain', 'vanilla', 'corpus.txt', '--writing_params_path',
+                            'nodir/x.params'] + FAST, ['--writing_params_path', 'nodir', 'does not exist']),
+    'params-under-a-file': (['finetune', 'vanilla', 'corpus.txt', '--finetune_corpus_path',
+                             'train.tsv', '--writing_params_path', 'corpus.txt/x.params'] + FAST,
+                            ['--writing_params_path', 'corpus.txt', 'not a directory']),
+    # flags
+    'bottleneck-zero': (['pretrain', 'perceiver', 'corpus.txt', '--bottleneck_dim', '0'] + PT,
+                        ['--bottleneck_dim', 'not 0']),
+    'bottleneck-negative': (['evaluate', 'perceiver', 'corpus.txt', '--bottleneck_dim', '-4',
+                             '--reading_params_path', 'perceiver64.params',
+                             '--eval_corpus_path', 'dev.tsv'] + EV, ['--bottleneck_dim', 'not -4']),
+    'bottleneck-over-block': (['pretrain', 'perceiver', 'corpus.txt', '--bottleneck_dim', '129']
+                              + PT, ['--bottleneck_dim', '128', 'not 129']),
+    'unknown-function': (['pretrian', 'vanilla', 'corpus.txt'] + PT, ["'pretrian'", 'invalid choice']),
+    'unknown-variant': (['pretrain', 'vanila', 'corpus.txt'] + PT, ["'vanila'", 'invalid choice']),
+    'resume-without-checkpoint': (['pretrain', 'vanilla', 'corpus.txt', '--resume'] + PT,
+                                  ['--resume', 'old.params.ckpt']),
+}
+
+
+@pytest.mark.parametrize('case', sorted(BAD_INPUT))
+def test_bad_input_is_one_error_line(case, cli, ws):
+    argv, words = BAD_INPUT[case]
+    assert_one_error(cli(*argv), ws, *words)
+    assert not (ws / 'nodir').exists()
+
+
+def test_unwritable_output_folder_fails_before_training(cli, ws, tmp_path):
+    folder = tmp_path / 'readonly'
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        if os.access(folder, os.W_OK):  # root ignores the mode: use a folder no one can write to
+            folder = '/sys' if os.path.isdir('/sys') else pytest.skip('no unwritable folder')
+        for flag, argv in (
+                ('--writing_params_path', ['pretrain', 'vanilla', 'corpus.txt'] + FAST),
+                ('--outputs_path', ['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path',
+                                    'vanilla.params', '--eval_corpus_path', 'dev.tsv'] + FAST)):
+            line = assert_one_error(cli(*argv, flag, os.path.join(folder, 'out.file')), ws,
+                                    flag, 'not writable')
+            assert str(folder) in line
+        assert not (ws / 'expt').exists() or not list((ws / 'expt').glob('pretrain/*'))
+    finally:
+        (tmp_path / 'readonly').chmod(0o755)
+
+
+def test_errors_through_the_real_command_line(ws):
+    """Two of the cases above as a subprocess: what a student's shell sees."""
+    for argv, words in (BAD_INPUT['unknown-variant'], BAD_INPUT['params-other-variant']):
+        (ws / 'old.params').write_bytes(OLD_PARAMS)
+        (ws / 'old.predictions').write_bytes(OLD_PREDICTIONS)
+        proc = subprocess.run([sys.executable, RUN] + argv, cwd=ws, env=ENV, capture_output=True,
+                              text=True, encoding='utf-8', timeout=120)
+        assert proc.returncode == 2
+        assert_one_error((proc.returncode, proc.stdout, proc.stderr), ws, *words)
+
+
+# ---- evaluation input that is malformed but answerable ---------------------------------------
+
+def test_unknown_characters_are_dropped_with_a_warning(cli, ws):
+    code, out, err = cli('evaluate', 'vanilla', 'corpus.txt', '--reading_params_path',
+                         'vanilla.params', '--eval_corpus_path', 'dev_unknown.tsv',
+                         '--outputs_path', 'unknown.predictions', *FAST)
+    assert code == 0, err
+    warnings = [line for line in err.splitlines() if line.startswith('warning:')]
+    assert len(warnings) == 1 and 'dev_unknown.tsv line 3' in warnings[0] and "'é'" in warnings[0]
+    preds = (ws / 'unknown.predictions').read_text(encoding='utf-8').split('\n')
+    assert len(preds) == len(DEV) + 2 + 1 and preds[-1] == ''
+    # line 3 was answered as if the é were not there: as line 4, which is that question
+    assert preds[2] == preds[3]
+    assert f'out of {float(len(DEV) + 2)}' in out
+
+
+def test_blank_crlf_and_unterminated_eval_lines(cli, ws):
+    """One prediction per input line (blank lines get an empty one and are not counted); a CRLF
+    line is answered as its LF twin; the last line needs no newline."""
+    rows = DEV[:4]
+    text = (tsv(rows[:2]) + '\n' + tsv(rows[:2], end='\r\n') + '\r\n'
+            + f'Where was {rows[2][0]} born?\t{rows[2][1]}')  # no newline at the end
+    (ws / 'messy.tsv').write_text(text, encoding='utf-8', newline='')
+    code, out, err = cli('evaluate', 'vanilla', 'corpus.txt', '--reading_params_path',
+                         'vanilla.params', '--eval_corpus_path', 'messy.tsv',
+                         '--outputs_path', 'messy.predictions', *FAST)
+    assert code == 0, err
+    preds = (ws / 'messy.predictions').read_text(encoding='utf-8').split('\n')
+    assert preds[-1] == '' and len(preds) - 1 == 7
+    assert preds[2] == '' and preds[5] == ''
+    assert preds[0:2] == preds[3:5]
+    assert 'Correct: ' in out and 'out of 5.0' in out
+
+    # the same for an input file without gold places (the test set)
+    text = 'Where was Ada Brook born?\n\r\nWhere was Ada Brook born?\r\n\nWhere was Ada Brook born?'
+    (ws / 'messy_inputs.tsv').write_text(text, encoding='utf-8', newline='')
+    code, out, err = cli('evaluate', 'vanilla', 'corpus.txt', '--reading_params_path',
+                         'vanilla.params', '--eval_corpus_path', 'messy_inputs.tsv',
+                         '--outputs_path', 'messy_inputs.predictions', *FAST)
+    assert code == 0, err
+    assert 'Predictions written to messy_inputs.predictions; no targets provided' in out
+    preds = (ws / 'messy_inputs.predictions').read_text(encoding='utf-8').split('\n')
+    assert len(preds) - 1 == 5 and preds[1] == preds[3] == '' and preds[0] == preds[2]
+
+
+def test_evaluate_places_on_messy_files(tmp_path):
+    """The handout's signature and return values; blank lines are skipped, not a crash."""
+    path = tmp_path / 'gold.tsv'
+    path.write_text('Q1\tParis\r\n\nQ2\tRome\r\n   \nQ3\tLima', encoding='utf-8', newline='')
+    assert utils.evaluate_places(str(path), ['Paris', '', 'Rome', '', 'Oslo']) == (3.0, 2.0)
+    path.write_text('Q1\tParis\nQ2\tRome\n', encoding='utf-8')
+    assert utils.evaluate_places(str(path), ['Paris', 'Oslo']) == (2.0, 1.0)
+    path.write_text('\nQ1\nQ2\n', encoding='utf-8')
+    assert utils.evaluate_places(str(path), ['', 'a', 'b']) == (0, 0)
+    path.write_text('', encoding='utf-8')
+    assert utils.evaluate_places(str(path), []) == (0, 0)
+
+
+def test_messy_finetune_tsv_gives_the_clean_examples(ws):
+    """Blank lines, CRLF ends and a last line without newline change nothing: the examples (and
+    so, with the same seed, the training) are the clean file's."""
+    pre = dataset.CharCorruptionDataset(CORPUS, 128)
+    clean = dataset.NameDataset(pre, tsv(TRAIN))
+    messy = dataset.NameDataset(pre, '\n' + tsv(TRAIN[:5], end='\r\n') + '\n\n'
+                                + tsv(TRAIN[5:]).rstrip('\n'))
+    assert messy.data == clean.data and len(messy) == len(TRAIN)
+    for i in range(len(clean)):
+        assert all(torch.equal(a, b) for a, b in zip(messy[i], clean[i]))
+    # a bad line is reported with its line number in the file, blank lines counted
+    with pytest.raises(utils.UsageError, match='line 4'):
+        dataset.NameDataset(pre, '\n\n' + tsv(TRAIN[:1]) + 'no tab here\n')
+
+
+# ---- atomic writes, weights_only, map_location -----------------------------------------------
+
+def leftovers(folder):
+    return [p for p in os.listdir(folder) if p.startswith('.tmp-') or p.startswith('.write-test-')]
+
+
+def test_failed_params_write_leaves_the_old_file(tmp_path, monkeypatch):
+    path = tmp_path / 'model.params'
+    path.write_bytes(OLD_PARAMS)
+    real_save = torch.save
+
+    def save_then_fail(obj, f, *args, **kwargs):
+        real_save(obj, f, *args, **kwargs)
+        with open(f, 'r+b') as fh:  # what a full disk or a kill midway leaves: half a file
+            fh.truncate(os.path.getsize(f) // 2)
+        raise OSError(28, 'No space left on device')
+    monkeypatch.setattr(torch, 'save', save_then_fail)
+    with pytest.raises(OSError):
+        utils.save_state_dict(tiny_gpt(), str(path))
+    assert path.read_bytes() == OLD_PARAMS
+    assert leftovers(tmp_path) == []
+
+
+def test_interrupted_predictions_write_leaves_the_old_file(tmp_path):
+    path = tmp_path / 'dev.predictions'
+    path.write_bytes(OLD_PREDICTIONS)
+
+    def write_half(tmp):
+        with open(tmp, 'w') as f:
+            f.write('Paris\nRo')
+        raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        utils.atomic_write(str(path), write_half)
+    assert path.read_bytes() == OLD_PREDICTIONS
+    assert leftovers(tmp_path) == []
+    utils.atomic_write(str(path), lambda tmp: open(tmp, 'w').write('Paris\nRome\n'))
+    assert path.read_text() == 'Paris\nRome\n' and leftovers(tmp_path) == []
+
+
+def test_atomic_params_are_the_bytes_torch_save_writes(tmp_path):
+    gpt = tiny_gpt()
+    torch.save(gpt.state_dict(), tmp_path / 'direct.params')
+    (tmp_path / 'atomic').mkdir()
+    utils.save_state_dict(gpt, str(tmp_path / 'atomic' / 'direct.params'))
+    assert (tmp_path / 'atomic' / 'direct.params').read_bytes() == \
+        (tmp_path / 'direct.params').read_bytes()
+
+
+def test_gpu_params_evaluate_on_cpu(cli, ws, monkeypatch):
+    """A params file whose tensors are recorded as CUDA tensors (as one trained on a GPU is)
+    evaluates on this CPU: load_params passes map_location and weights_only."""
+    state = torch.load(ws / 'vanilla.params', weights_only=True)
+    with monkeypatch.context() as m:
+        m.setattr(torch.serialization, 'location_tag', lambda storage: 'cuda:0')
+        torch.save(state, ws / 'gpu.params')
+    if not torch.cuda.is_available():  # the file really is a "GPU" file
+        with pytest.raises(RuntimeError, match='CUDA'):
+            torch.load(ws / 'gpu.params', weights_only=True)
+    calls = []
+    real_load = torch.load
+    monkeypatch.setattr(torch, 'load', lambda *a, **k: calls.append(k) or real_load(*a, **k))
+    code, out, err = cli('evaluate', 'vanilla', 'corpus.txt', '--reading_params_path',
+                         'gpu.params', '--eval_corpus_path', 'dev.tsv',
+                         '--outputs_path', 'gpu.predictions', *FAST)
+    assert code == 0, err
+    assert calls == [dict(map_location='cpu', weights_only=True)]
+    assert (ws / 'gpu.predictions').read_text().count('\n') == len(DEV)
+    assert 'Correct: ' in out
+
+
+# ---- subprocess runs: resume, torchrun, determinism ------------------------------------------
+
+def write_inputs(folder):
+    (folder / 'corpus.txt').write_text(CORPUS, encoding='utf-8')
+    # finetuning data with blank lines, CRLF ends and no final newline: read as the clean file
+    (folder / 'train.tsv').write_text(tsv(TRAIN[:8], end='\r\n') + '\n' + tsv(TRAIN[8:]).rstrip('\n'),
+                                      encoding='utf-8', newline='')
+
+
+def cmd(argv):
+    return [sys.executable, RUN] + [str(a) for a in argv]
+
+
+def run_ok(argv, cwd):
+    proc = subprocess.run(cmd(argv), cwd=cwd, env=ENV, capture_output=True, text=True,
+                          encoding='utf-8', timeout=300)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-3000:])
+    return proc
+
+
+def start(argv, cwd):
+    """A run in the background, its stderr (tqdm's progress) going to a file."""
+    err = open(cwd / 'stderr.log', 'w', encoding='utf-8')
+    proc = subprocess.Popen(cmd(argv), cwd=cwd, env=ENV, stdout=subprocess.DEVNULL, stderr=err)
+    err.close()
+    return proc
+
+
+def read_log(folder):
+    # the run may be halfway through writing one of tqdm's multi-byte bar characters
+    return (folder / 'stderr.log').read_text(encoding='utf-8', errors='replace')
+
+
+def wait_until(proc, ready, timeout=240):
+    """Poll until ready() or the process ends; True if ready() while it still ran."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            return False
+        if ready():
+            return True
+        time.sleep(0.02)
+    proc.kill()
+    raise AssertionError('no progress from the run')
+
+
+def load(path):
+    return torch.load(path, map_location='cpu', weights_only=True)
+
+
+def assert_same_params(a, b):
+    sa, sb = load(a), load(b)
+    assert sa.keys() == sb.keys()
+    different = [k for k in sa if not torch.equal(sa[k], sb[k])]
+    assert not different, different
+
+
+def interrupted_then_resumed(tmp_path, argv, params, stop, epochs_tried):
+    """Train `argv + --max_epochs E` three ways: uninterrupted; stopped by stop(proc, folder)
+    (which returns once the process has a checkpoint and has been stopped) and then resumed with
+    --resume. Returns (folder of the uninterrupted run, folder of the interrupted one, the
+    interrupted run's stderr, the checkpoint as it was). A run that ends before it could be
+    stopped is tried again with more epochs."""
+    for epochs in epochs_tried:
+        full = argv + ['--max_epochs', epochs]
+        d = tmp_path / f'interrupted_{epochs}'
+        d.mkdir()
+        write_inputs(d)
+        (d / params).write_bytes(OLD_PARAMS)
+        proc = start(full, d)
+        if not stop(proc, d):
+            proc.wait(timeout=60)
+            continue
+        ckpt = load(d / f'{params}.ckpt')
+        log = read_log(d)
+        # the interrupted run left the old params alone
+        assert (d / params).read_bytes() == OLD_PARAMS
+        run_ok(full + ['--resume'], d)
+        assert not (d / f'{params}.ckpt').exists()
+        ref = tmp_path / f'uninterrupted_{epochs}'
+        ref.mkdir()
+        write_inputs(ref)
+        run_ok(full, ref)
+        assert not (ref / f'{params}.ckpt').exists()
+        return ref, d, log, ckpt
+    pytest.fail(f'every run finished before it could be interrupted ({epochs_tried} epochs)')
+
+
+PRETRAIN = ['pretrain', 'vanilla', 'corpus.txt', '--writing_params_path', 'pt.params'] + FAST
+FINETUNE = ['finetune', 'vanilla', 'corpus.txt', '--finetune_corpus_path', 'train.tsv',
+            '--writing_params_path', 'ft.params'] + FAST
+
+
+def test_sigterm_then_resume_matches_the_uninterrupted_run(tmp_path):
+    def sigterm(proc, d):
+        # progress shows once the first step is done, inside the loop that handles SIGTERM
+        if not wait_until(proc, lambda: 'epoch 1 iter' in read_log(d)):
+            return False
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=120)
+        if code == 0:
+            return False
+        assert code == 130, read_log(d)[-2000:]
+        return True
+
+    ref, d, log, ckpt = interrupted_then_resumed(tmp_path, PRETRAIN, 'pt.params', sigterm,
+                                                 ['3', '8'])
+    last = [line for line in log.splitlines() if line.strip()][-1]
+    assert last.startswith('interrupted: checkpoint written to') and 'pt.params.ckpt' in last
+    assert 'Traceback' not in log
+    # a mid-run checkpoint: model, optimizer, schedule position, RNG states
+    assert {'model', 'optimizer', 'tokens', 'step', 'epoch', 'it', 'generator', 'python_random',
+            'torch_rng'} <= set(ckpt)
+    assert ckpt['step'] >= 1 and ckpt['step'] == ckpt['epoch'] * 5 + ckpt['it']
+    assert ckpt['tokens'] == 127 * (ckpt['epoch'] * DOCUMENTS + ckpt['it'] * 8)
+    assert_same_params(ref / 'pt.params', d / 'pt.params')
+
+
+def test_kill_after_epoch_checkpoint_then_resume(tmp_path):
+    """SIGKILL (a lost machine: no handler runs) after a --checkpoint_every checkpoint; the run
+    resumes from that epoch boundary to the uninterrupted run's params. Finetuning, on a TSV with
+    blank and CRLF lines."""
+    def kill_after_checkpoint(proc, d):
+        if not wait_until(proc, lambda: (d / 'ft.params.ckpt').exists()):
+            return False
+        proc.kill()
+        proc.wait(timeout=60)
+        return (d / 'ft.params.ckpt').exists()
+
+    ref, d, log, ckpt = interrupted_then_resumed(
+        tmp_path, FINETUNE + ['--checkpoint_every', '1'], 'ft.params', kill_after_checkpoint,
+        ['5', '12'])
+    assert ckpt['epoch'] >= 1 and ckpt['it'] == 0  # an epoch boundary
+    assert ckpt['step'] == ckpt['epoch'] * 2  # 16 examples, batch 8
+    assert_same_params(ref / 'ft.params', d / 'ft.params')
+
+
+def sha256(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope='module')
+def one_epoch_runs(tmp_path_factory):
+    """Pretraining runs of one epoch without dropout: seed 0 (the default) twice, seed 1."""
+    runs = {}
+    for name, extra in (('default', []), ('seed0', ['--seed', '0']), ('seed1', ['--seed', '1'])):
+        d = tmp_path_factory.mktemp(name)
+        write_inputs(d)
+        run_ok(PRETRAIN + ['--max_epochs', '1', '--dropout', '0'] + extra, d)
+        runs[name] = d
+    return runs
+
+
+def test_same_seed_same_params_file(one_epoch_runs):
+    default, seed0, seed1 = (sha256(one_epoch_runs[k] / 'pt.params')
+                             for k in ('default', 'seed0', 'seed1'))
+    assert default == seed0
+    assert seed1 != seed0
+
+
+def tb_scalars(folder, tag):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    events = list((folder / 'expt').rglob('events.out.tfevents*'))
+    assert len(events) == 1, events
+    acc = EventAccumulator(str(events[0].parent))
+    acc.Reload()
+    return [(e.step, e.value) for e in acc.Scalars(tag)]
+
+
+@pytest.mark.skipif(not (torch.distributed.is_available() and torch.distributed.is_gloo_available()),
+                    reason='torch.distributed with gloo is needed')
+def test_torchrun_two_cpu_processes_match_one(one_epoch_runs, tmp_path):
+    """Same global batch (8, 4 rows per rank; the last batch has 1 example, which leaves rank 1
+    a dummy row of weight 0): the per-step losses and learning rates are the one-process run's,
+    and only rank 0 writes files."""
+    single = one_epoch_runs['default']
+    d = tmp_path / 'ddp'
+    d.mkdir()
+    write_inputs(d)
+    before = set(os.listdir(d))
+    env = dict(ENV, OMP_NUM_THREADS='1')
+    proc = subprocess.run(
+        [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', RUN]
+        + PRETRAIN + ['--max_epochs', '1', '--dropout', '0'],
+        cwd=d, env=env, capture_output=True, text=True, encoding='utf-8', timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert set(os.listdir(d)) - before == {'pt.params', 'expt'}
+    for tag in ('train/loss', 'train/lr'):
+        one, two = tb_scalars(single, tag), tb_scalars(d, tag)
+        assert [s for s, _ in one] == [s for s, _ in two] == list(range(5))
+        for (_, a), (_, b) in zip(one, two):
+            assert b == pytest.approx(a, rel=1e-4)
+    # params: equal up to float noise (AdamW's first steps amplify it in near-zero gradients)
+    a, b = load(single / 'pt.params'), load(d / 'pt.params')
+    assert a.keys() == b.keys()
+    assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-2

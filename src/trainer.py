@@ -109,12 +109,13 @@ class StopRequest:
     """Turns the first SIGINT/SIGTERM into a flag the loop checks after each step (so the
     checkpoint is written between steps); a second Ctrl-C stops at once."""
 
-    def __init__(self):
+    def __init__(self, enabled=True):
         self.requested = False
         self.previous = {}
+        self.enabled = enabled  # without a checkpoint to write, signals keep their usual effect
 
     def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
+        if self.enabled and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 self.previous[sig] = signal.signal(sig, self._handle)
         return self
@@ -253,7 +254,7 @@ class Trainer:
             pending.clear()
 
         model.train()
-        with StopRequest() as stop:
+        with StopRequest(enabled=config.resume_path is not None) as stop:
             for epoch in range(start_epoch, config.max_epochs):
                 epoch_start = generator.get_state()
                 indices = batch_indices(len(self.train_dataset), config.batch_size, generator)

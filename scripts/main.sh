@@ -24,8 +24,8 @@ if [ -z "$preset" ]; then
     preset=handout
   else
     preset=cpu-quick
-    echo "No GPU found: running the short 'cpu-quick' preset (a few minutes; not the handout's"
-    echo "schedule, so expect London-baseline-level accuracy). For the full run: bash scripts/main.sh --full"
+    echo "No GPU found: running the short 'cpu-quick' preset (about 5 minutes; not the handout's"
+    echo "schedule: it shows the pipeline working, its accuracy is near 0%). Full run: bash scripts/main.sh --full"
   fi
 fi
 

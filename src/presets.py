@@ -37,7 +37,7 @@ def _shortened(**changes):
 PRESETS = {
     'handout': HANDOUT,
     # The README's first command on a machine without a GPU: the whole pipeline in a few
-    # minutes, to see it work end to end. Accuracy is London-baseline level at this length.
+    # minutes, to see it work end to end. At this length the model answers almost nothing right.
     'cpu-quick': _shortened(
         pretrain=dict(max_epochs=2, batch_size=32, learning_rate=3e-3),
         finetune_scratch=dict(max_epochs=2),

@@ -9,23 +9,11 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO
+from conftest import PEOPLE, REPO, RUN
 from handout_reference import RefGPT, RefGPTConfig
 
-RUN = os.path.join(REPO, 'src', 'run.py')
 FAST = ['--max_epochs', '1', '--batch_size', '8', '--precision', 'fp32', '--device', 'cpu']
 
-PEOPLE = [('Ada Brook', 'London'), ('Ben Carter', 'Paris'), ('Cleo Dunn', 'Berlin'),
-          ('Dan Evans', 'Rome'), ('Eve Fox', 'Madrid'), ('Finn Gray', 'Dublin'),
-          ('Gus Hale', 'Vienna'), ('Hana Ito', 'Tokyo'), ('Ivan Jones', 'Moscow'),
-          ('Jude Kim', 'Seoul'), ('Kai Lowe', 'Oslo'), ('Lena Marx', 'Prague'),
-          ('Milo Nash', 'Lisbon'), ('Nora Owen', 'Athens'), ('Otto Pike', 'Zurich'),
-          ('Pia Quinn', 'Quebec'), ('Rex Stone', 'Cairo'), ('Sara Tate', 'Lima'),
-          ('Tom Ueda', 'Kyoto'), ('Uma Vale', 'Delhi'), ('Vera Wolf', 'Warsaw'),
-          ('Walt Xu', 'Beijing'), ('Yuri Zane', 'Kiev'), ('Zoe Abel', 'Geneva'),
-          ('Amy Bell', 'Boston'), ('Bob Cole', 'Chicago'), ('Cy Dow', 'Denver'),
-          ('Di Ely', 'Exeter'), ('Ed Ford', 'Florence'), ('Flo Gibb', 'Glasgow'),
-          ('Gil Hart', 'Havana'), ('Hal Irwin', 'Istanbul')]
 CORPUS = '\n'.join([f'{n}. {n} was born in {p} .' for n, p in PEOPLE]
                    + ['Where was he born? Nobody knows, said the writer.']) + '\n'
 TRAIN, DEV, TEST = PEOPLE[:16], PEOPLE[16:24], PEOPLE[24:32]

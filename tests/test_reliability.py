@@ -28,24 +28,13 @@ import dataset
 import model
 import run
 import utils
-from conftest import REPO
+from conftest import PEOPLE, REPO, RUN
 
-RUN = os.path.join(REPO, 'src', 'run.py')
 FAST = ['--batch_size', '8', '--precision', 'fp32', '--device', 'cpu']
 ENV = dict(os.environ, PYTHONIOENCODING='utf-8', PYTHONUNBUFFERED='1')
 ENV.pop('WORLD_SIZE', None)
 
-PEOPLE = [('Ada Brook', 'London'), ('Ben Carter', 'Paris'), ('Cleo Dunn', 'Berlin'),
-          ('Dan Evans', 'Rome'), ('Eve Fox', 'Madrid'), ('Finn Gray', 'Dublin'),
-          ('Gus Hale', 'Vienna'), ('Hana Ito', 'Tokyo'), ('Ivan Jones', 'Moscow'),
-          ('Jude Kim', 'Seoul'), ('Kai Lowe', 'Oslo'), ('Lena Marx', 'Prague'),
-          ('Milo Nash', 'Lisbon'), ('Nora Owen', 'Athens'), ('Otto Pike', 'Zurich'),
-          ('Pia Quinn', 'Quebec'), ('Rex Stone', 'Cairo'), ('Sara Tate', 'Lima'),
-          ('Tom Ueda', 'Kyoto'), ('Uma Vale', 'Delhi'), ('Vera Wolf', 'Warsaw'),
-          ('Walt Xu', 'Beijing'), ('Yuri Zane', 'Kiev'), ('Zoe Abel', 'Geneva'),
-          ('Amy Bell', 'Boston'), ('Bob Cole', 'Chicago'), ('Cy Dow', 'Denver'),
-          ('Di Ely', 'Exeter'), ('Ed Ford', 'Florence'), ('Flo Gibb', 'Glasgow'),
-          ('Gil Hart', 'Havana')]
+PEOPLE = PEOPLE[:31]
 CORPUS = '\n'.join([f'{n}. {n} was born in {p} .' for n, p in PEOPLE]
                    + ['Where was he born? Nobody knows, said the writer.']) + '\n'
 DOCUMENTS = 33  # the lines of CORPUS and the empty one after its last newline: batches 4*8 + 1

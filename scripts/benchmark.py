@@ -36,7 +36,8 @@ from run import bf16_supported  # noqa: E402
 
 
 def build(variant, vocab, fast):
-    conf = model.GPTConfig(vocab, presets.BLOCK_SIZE, **presets.MODEL, fast_attention=fast)
+    conf = model.GPTConfig(vocab, presets.BLOCK_SIZE, **presets.MODEL, fast_attention=fast,
+                           skip_padding=fast)
     conf.synthesizer = variant == 'synthesizer'
     conf.perceiver = variant == 'perceiver'
     conf.bottleneck_dim = 64 if variant == 'perceiver' else None
@@ -82,7 +83,7 @@ def fast_steps(gpt, data, batch, steps, device, variant):
     precision = 'bf16' if bf16_supported(device) else 'fp32'
     conf = dict(max_epochs=1, batch_size=batch, learning_rate=6e-4, lr_decay=True,
                 warmup_tokens=10240, final_tokens=1e9, device=device, precision=precision,
-                min_len=64 if variant == 'perceiver' else 0, log_every=1 if device == 'cpu' else 25)
+                log_every=1 if device == 'cpu' else 25)
     trainer.Trainer(gpt, Subset(data, range(batch)), None, trainer.TrainerConfig(**conf)).train()
     sync(device)
     start = time.perf_counter()

@@ -12,7 +12,7 @@ torch.utils.flop_counter, split into
   linear every Linear layer (key/query/value/proj, the MLP, the head): vanilla 24*L*l*d^2,
          perceiver 24*l*d^2 + 24*(L-1)*m*d^2, plus 2*l*d*V for the head; both O(L l d^2)
 and times the forward pass (fused attention, the code's default; median of --repeats runs).
-The counts use the plain attention math (--plain_attention's path), because the fused kernel's
+The counts use the plain attention math (--plain's path), because the fused kernel's
 matmuls are invisible to the counter; the arithmetic is the same.
 """
 import argparse

@@ -2,6 +2,11 @@
 The three attention modules of the assignment. Their parameters and buffers are exactly the
 handout's (so params files load both ways); the arithmetic they share, masked softmax attention,
 is written once in `attend`, with PyTorch's fused kernel as a branch beside the plain math.
+
+Two pieces of bookkeeping let the same modules skip work that cannot change any result:
+- `Packing` (training on a CPU): only the positions that can change the loss are computed;
+- `KVCache` (decoding): each step computes the new position only, reusing the keys and values of
+  the positions before it.
 """
 import math
 
@@ -27,36 +32,108 @@ def merge_heads(y):
     return y.transpose(1, 2).contiguous().view(B, T, nh * hs)
 
 
-class KVCache:
-    """Keys and values of the positions a layer has already seen, for step-by-step decoding."""
+class Packing:
+    """Which positions of a (B, T) batch are computed, when not all of them are.
 
-    def __init__(self):
+    In training, a position whose own target and all later targets in its row are PAD cannot
+    change the loss: the loss ignores PAD targets, and the model is causal, so no earlier position
+    looks at it. Such positions are about half of a pretraining batch (documents are cut at a
+    random length), so skipping them halves the work. Position-wise layers (embeddings, LayerNorm,
+    Linear, the MLP, the head) then run on the kept positions packed into one (N, C) matrix.
+    Attention, which mixes positions, unpacks them back into (B, T, C) with zeros at the skipped
+    positions: every kept query only sees keys at or before its own position, which are kept, so
+    the zeros reach only skipped positions (for the perceiver: only bottleneck slots that feed
+    skipped positions).
+    """
+
+    def __init__(self, lengths, T):
+        """lengths: (B,) number of positions to compute at the start of each row."""
+        positions = torch.arange(T, device=lengths.device)
+        keep = positions < lengths[:, None]  # (B, T)
+        self.B, self.T = keep.shape
+        self.index = keep.flatten().nonzero().squeeze(1)  # where each packed row sits in B * T
+        self.positions = self.index % T  # the position of each packed row in its sequence
+
+    def pack(self, x):
+        """(B, T, ...) -> (N, ...): the kept positions, row after row."""
+        return x.flatten(0, 1).index_select(0, self.index)
+
+    def unpack(self, x):
+        """(N, C) -> (B, T, C), zeros at the skipped positions."""
+        out = x.new_zeros(self.B * self.T, x.size(-1))
+        return out.index_copy(0, self.index, x).view(self.B, self.T, -1)
+
+
+def to_heads(x, n_head, packing):
+    """(B, T, C), or (N, C) packed by `packing`, -> (B, n_head, T, C // n_head)"""
+    if x.dim() == 2:
+        x = packing.unpack(x)
+    return split_heads(x, n_head)
+
+
+def from_heads(y, packing):
+    """(B, n_head, T, hs) -> (B, T, C), or (N, C) when `packing` is given"""
+    y = merge_heads(y)
+    return y if packing is None else packing.pack(y)
+
+
+class KVCache:
+    """The keys and values of the positions one attention layer has already seen, for decoding
+    one step at a time. The first call (the prompts) stores columns 0..T-1 of every row; after
+    that, rows may stand at different positions (prompts of different lengths are decoded
+    together): each row's new keys/values go to its own position, and each query is shown the
+    keys up to its own position only (`visible`)."""
+
+    def __init__(self, size):
+        self.size = size  # the most positions a row will hold
         self.k = self.v = None
 
-    def extend(self, k, v):
-        """Append the new positions' k, v (k is None for the synthesizer, which has no keys);
-        return (index of the first new position, all keys, all values)."""
-        start = 0 if self.v is None else self.v.size(2)
-        if start:
-            k = None if k is None else torch.cat((self.k, k), dim=2)
-            v = torch.cat((self.v, v), dim=2)
-        self.k, self.v = k, v
-        return start, k, v
+    def write(self, k, v, positions=None):
+        """Store k, v (B, nh, T, hs) of the columns at `positions` (B, T), or at 0..T-1 when
+        positions is None. Returns the keys and values of positions 0..max(positions), (B, nh,
+        S, hs): no row sees beyond that. k is None for the synthesizer, which has no keys.
+        Entries not written yet are zeros (and hidden from every query)."""
+        if positions is None:
+            self.v = v.new_zeros(v.size(0), v.size(1), self.size, v.size(3))
+            self.v[:, :, :v.size(2)] = v
+            if k is not None:
+                self.k = torch.zeros_like(self.v)
+                self.k[:, :, :k.size(2)] = k
+            return k, v
+        rows = torch.arange(v.size(0), device=v.device)[:, None]
+        # self.v[rows, :, positions] is (B, T, nh, hs): row r's columns at its own positions
+        self.v[rows, :, positions] = v.transpose(1, 2)
+        if k is not None:
+            self.k[rows, :, positions] = k.transpose(1, 2)
+        S = int(positions.max()) + 1
+        return None if k is None else self.k[:, :, :S], self.v[:, :, :S]
+
+    def keep_rows(self, rows):
+        """Drop the rows that have finished decoding (rows: the indices of those that go on)."""
+        self.v = self.v[rows]
+        self.k = None if self.k is None else self.k[rows]
 
 
-def attend(scores_or_q, k, v, mask, attn_drop, fast):
+def visible(q_positions, size):
+    """(B, 1, T, size) mask, 1 where the key position is at or before the query's position (the
+    causal mask of rows that stand at different positions)."""
+    keys = torch.arange(size, device=q_positions.device)
+    return (keys <= q_positions[..., None])[:, None]
+
+
+def attend(scores_or_q, k, v, mask, attn_drop, fast, causal=True):
     """softmax(scores masked by `mask`) @ v, with dropout on the attention weights.
 
     Plain path (the handout's math): `scores_or_q` is q, scores = q k^T / sqrt(hs), masked entries
     set to -1e10. Fast path: the same function through F.scaled_dot_product_attention, which picks
-    a fused (flash / memory-efficient) kernel and never materialises the T x T weights. `mask` is a
-    top-left-aligned tril slice, which is exactly what is_causal=True means for Tq != Tk too.
-    When k is None, `scores_or_q` already holds the scores (the synthesizer) and only the plain
-    path applies.
+    a fused (flash / memory-efficient) kernel and never materialises the T x T weights. `causal`
+    says that `mask` is a top-left-aligned tril slice, which is exactly what is_causal=True means
+    for Tq != Tk too; other masks (decoding) are passed as they are. When k is None,
+    `scores_or_q` already holds the scores (the synthesizer) and only the plain path applies.
     """
     if fast and k is not None:
         return F.scaled_dot_product_attention(
-            scores_or_q, k, v, is_causal=True,
+            scores_or_q, k, v, attn_mask=None if causal else mask.bool(), is_causal=causal,
             dropout_p=attn_drop.p if attn_drop.training else 0.0)
     if k is None:
         att = scores_or_q
@@ -92,20 +169,29 @@ class CausalSelfAttention(nn.Module):
         self.n_head = config.n_head
         self.fast = getattr(config, 'fast_attention', False)
 
-    def forward(self, x, cache=None):
-        """`cache` (decoding only) holds the keys and values of the positions already seen; x
-        then holds only the new positions."""
-        T = x.size(1)
-        k = split_heads(self.key(x), self.n_head)
-        q = split_heads(self.query(x), self.n_head)
-        v = split_heads(self.value(x), self.n_head)
-        start = 0
+    def forward(self, x, packing=None, cache=None, positions=None):
+        """x: (B, T, C), or (N, C) packed by `packing`. Decoding: `cache` stores the keys/values
+        of positions 0..T-1 (positions None: the prompts), or holds those of the positions
+        already seen, and x has the new columns, at `positions` (B, T)."""
+        return self.attention(x, x, packing, cache, positions, positions)
+
+    def attention(self, x_kv, x_q, packing=None, cache=None, kv_positions=None, q_positions=None):
+        """Keys and values from x_kv, queries from x_q (the same tensor for self-attention). The
+        batch sizes may differ (one side is broadcast: the perceiver's basis C is one sequence)."""
+        k = to_heads(self.key(x_kv), self.n_head, packing)
+        q = to_heads(self.query(x_q), self.n_head, packing)
+        v = to_heads(self.value(x_kv), self.n_head, packing)
+        B = max(k.size(0), q.size(0))
+        k, q, v = k.expand(B, -1, -1, -1), q.expand(B, -1, -1, -1), v.expand(B, -1, -1, -1)
         if cache is not None:
-            start, k, v = cache.extend(k, v)
-        mask = self.mask[:, :, start:start + T, :start + T]
-        # a cached step has queries at the end of the keys: not top-left aligned, so plain math
-        y = attend(q, k, v, mask, self.attn_drop, self.fast and start == 0)
-        return self.resid_drop(self.proj(merge_heads(y)))
+            k, v = cache.write(k, v, kv_positions)
+        if q_positions is None:  # positions 0..T-1 in every row
+            mask = self.mask[:, :, :q.size(2), :k.size(2)]
+            y = attend(q, k, v, mask, self.attn_drop, self.fast)
+        else:
+            y = attend(q, k, v, visible(q_positions, k.size(2)), self.attn_drop, self.fast, causal=False)
+        y = from_heads(y, packing if x_q.dim() == 2 else None)
+        return self.resid_drop(self.proj(y))
 
 
 class SynthesizerAttention(nn.Module):
@@ -135,18 +221,17 @@ class SynthesizerAttention(nn.Module):
 
         nn.init.uniform_(self.w2, -0.001, 0.001)
 
-    def forward(self, x, cache=None):
-        T = x.size(1)
-        a = F.relu(split_heads(self.w1(x), self.n_head))  # (B, nh, T, hs): ReLU(X A_i + b_1)
-        v = split_heads(self.value(x), self.n_head)
-        start = 0
+    def forward(self, x, packing=None, cache=None, positions=None):
+        a = F.relu(to_heads(self.w1(x), self.n_head, packing))  # (B, nh, T, hs): ReLU(X A_i + b_1)
+        v = to_heads(self.value(x), self.n_head, packing)
         if cache is not None:
-            start, _, v = cache.extend(None, v)
-        end = start + T
+            _, v = cache.write(None, v, positions)
+        T = v.size(2)
+        mask = self.mask[:, :, :T, :T] if positions is None else visible(positions, T)
         # each query's scores over the key positions come straight from its own vector: no keys
-        scores = a @ self.w2[:, :end] + self.b2[:end]  # (B, nh, T, end)
-        y = attend(scores, None, v, self.mask[:, :, start:end, :end], self.attn_drop, False)
-        return self.resid_drop(self.proj(merge_heads(y)))
+        scores = a @ self.w2[:, :T] + self.b2[:T]  # (B, nh, Tq, T)
+        y = attend(scores, None, v, mask, self.attn_drop, False)
+        return self.resid_drop(self.proj(from_heads(y, packing)))
 
 
 class CausalCrossAttention(CausalSelfAttention):
@@ -158,11 +243,6 @@ class CausalCrossAttention(CausalSelfAttention):
     Its parameters and mask are CausalSelfAttention's; only forward differs.
     """
 
-    def forward(self, x_kv, x_q):
-        Tk, Tq = x_kv.size(1), x_q.size(1)
-        B = max(x_kv.size(0), x_q.size(0))
-        k = split_heads(self.key(x_kv), self.n_head).expand(B, -1, -1, -1)
-        q = split_heads(self.query(x_q), self.n_head).expand(B, -1, -1, -1)
-        v = split_heads(self.value(x_kv), self.n_head).expand(B, -1, -1, -1)
-        y = attend(q, k, v, self.mask[:, :, :Tq, :Tk], self.attn_drop, self.fast)
-        return self.resid_drop(self.proj(merge_heads(y)))
+    def forward(self, x_kv, x_q, packing=None, cache=None, kv_positions=None, q_positions=None):
+        """Either input may be packed (2-D): the perceiver's input sequence in training."""
+        return self.attention(x_kv, x_q, packing, cache, kv_positions, q_positions)

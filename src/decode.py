@@ -1,61 +1,118 @@
 """Batched greedy decoding that returns exactly what the handout's one-question-at-a-time loop
 returns (`utils.sample(model, x, steps, sample=False)` for each prompt), only faster:
 
-- prompts of the same length are decoded together, so no row is ever padded and every row's
-  positions are the handout's;
-- vanilla and synthesizer models keep each layer's keys/values (KVCache), so a step runs the new
-  position only; the perceiver, whose bottleneck changes with each new input, reruns its prefix
-  (as the handout does), still batched;
-- a batch stops as soon as every row holds `stop_count` stop characters: nothing after that can
-  change the text the evaluation keeps (between the first and the second ⁇).
+- many prompts are decoded together, whatever their lengths: each row keeps its own positions
+  (a causal model never lets a position see what comes after it, padding included), so every
+  row computes what it would compute alone;
+- every layer keeps its keys and values (KVCache), so a step runs the one new position of each
+  row. This holds for the perceiver too: its bottleneck slot j only sees inputs 0..j, so the
+  slots a position needs are computed once and kept (see GPT.forward);
+- a row is done once it holds `stop_count` stop characters: nothing after that can change the
+  text the evaluation keeps (between the first and the second ⁇). Done rows leave the batch,
+  and decoding ends when all rows are done.
 
 The next token is chosen exactly as `sample` chooses it (top-1 of the softmax), from logits that
-equal the handout's up to float rounding.
+equal the handout's up to float rounding. Prompts too long for their continuation to fit in the
+model's context are cropped as the handout crops them, without caches (rare: see _decode_cropped).
 """
 from collections import defaultdict
 
 import torch
 from torch.nn import functional as F
 
+from attention import Packing
+
 
 def _pick(logits):
     # the handout's choice: softmax, then top-1 (ties broken as torch.topk breaks them)
-    return torch.topk(F.softmax(logits[:, -1, :], dim=-1), k=1, dim=-1)[1]
+    return torch.topk(F.softmax(logits, dim=-1), k=1, dim=-1)[1]
+
+
+def _count(x, stop_id):
+    return (x == stop_id).sum(dim=1) if stop_id is not None else torch.zeros(len(x), dtype=torch.long)
 
 
 @torch.no_grad()
-def _decode_batch(model, x, steps, stop_id, stop_count):
-    caches = model.new_caches() if x.size(1) + steps <= model.max_len else None
-    window = model.max_len  # the handout crops to block_size; the synthesizer can only take max_len
+def _decode_cached(model, prompts, steps, stop_id, stop_count, device):
+    """Prompts of any lengths, each continued within the model's context: one batch, caches."""
+    B = len(prompts)
+    lengths = torch.tensor([len(p) for p in prompts], device=device)
+    P = int(lengths.max())
+    seqs = torch.zeros(B, P + steps, dtype=torch.long, device=device)
+    for r, p in enumerate(prompts):
+        seqs[r, :len(p)] = torch.tensor(p, dtype=torch.long)
+
+    caches = model.new_caches(P + steps)
+    # The prompts, packed: each row's own positions only, as in attention.Packing (the caches
+    # get zeros past a row's prompt, overwritten by its next tokens before any query sees them).
+    # Only each row's last position needs logits.
+    packing = Packing(lengths, P)
+    x = model.transformer(packing.pack(seqs[:, :P]), packing=packing, caches=caches)
+    logits = model.head(model.ln_f(x[lengths.cumsum(0) - 1]))
+    rows = torch.arange(B, device=device)  # the rows still decoding (indices into seqs)
+    pos = lengths.clone()  # where each of those rows puts its next token
+    count = _count(seqs[:, :P] * (torch.arange(P, device=device) < lengths[:, None]), stop_id)
+    generated = torch.zeros(B, dtype=torch.long, device=device)
     for step in range(steps):
-        if caches is not None:
-            logits, _ = model(x if step == 0 else x[:, -1:], caches=caches)
-        else:
-            logits, _ = model(x[:, -window:])
-        x = torch.cat((x, _pick(logits)), dim=1)
-        if stop_id is not None and bool(((x == stop_id).sum(dim=1) >= stop_count).all()):
+        token = _pick(logits)  # (b, 1)
+        seqs[rows, pos] = token[:, 0]
+        generated[rows] += 1
+        if stop_id is not None:
+            count[rows] += (token[:, 0] == stop_id).long()
+            going = count[rows] < stop_count
+            if not bool(going.any()):
+                break
+            if not bool(going.all()):  # done rows leave the batch (and their caches)
+                rows, pos, token = rows[going], pos[going], token[going]
+                for cache in caches:
+                    cache.keep_rows(going)
+        if step + 1 == steps:
             break
-    return x
+        logits, _ = model(token, caches=caches, positions=pos[:, None])
+        logits = logits[:, -1]
+        pos = pos + 1
+    return [seqs[r, :int(lengths[r] + generated[r])].tolist() for r in range(B)]
+
+
+@torch.no_grad()
+def _decode_cropped(model, x, steps, stop_id, stop_count):
+    """Prompts of one length whose continuation outgrows the context: the handout's own loop
+    (the whole sequence each step, cropped to the last positions the model takes), batched."""
+    window = model.max_len  # the handout crops to block_size; the synthesizer can only take max_len
+    for _ in range(steps):
+        logits, _ = model(x[:, -window:])
+        x = torch.cat((x, _pick(logits[:, -1, :])), dim=1)
+        if stop_id is not None and bool((_count(x, stop_id) >= stop_count).all()):
+            break
+    return x.tolist()
 
 
 @torch.no_grad()
 def greedy_complete(model, prompts, steps, stop_id=None, stop_count=2, batch_size=256,
                     device='cpu', autocast=None):
-    """prompts: lists of token ids. Returns, for each prompt, the prompt followed by the tokens
-    greedy decoding appends: all `steps` of them, or fewer once the row holds `stop_count`
-    tokens `stop_id` (the text up to there is final)."""
+    """prompts: lists of token ids (at least one each). Returns, for each prompt, the prompt
+    followed by the tokens greedy decoding appends: all `steps` of them, or fewer once the row
+    holds `stop_count` tokens `stop_id` (the text up to there is final)."""
     model.eval()
-    by_length = defaultdict(list)
+    assert all(len(p) > 0 for p in prompts), "every prompt needs at least one token"
+    fits = [i for i, p in enumerate(prompts) if len(p) + steps <= model.max_len]
+    cropped = defaultdict(list)
     for i, p in enumerate(prompts):
-        by_length[len(p)].append(i)
+        if len(p) + steps > model.max_len:
+            cropped[len(p)].append(i)
+    # batches of similar lengths: little padding in each batch's prompts
+    fits.sort(key=lambda i: len(prompts[i]))
+    batches = [fits[i:i + batch_size] for i in range(0, len(fits), batch_size)]
+    batches += [rows[i:i + batch_size] for _, rows in sorted(cropped.items())
+                for i in range(0, len(rows), batch_size)]
     out = [None] * len(prompts)
-    for length in sorted(by_length):
-        rows = by_length[length]
-        for i in range(0, len(rows), batch_size):
-            chunk = rows[i:i + batch_size]
-            x = torch.tensor([prompts[r] for r in chunk], dtype=torch.long, device=device)
-            with autocast or torch.autocast(torch.device(device).type, enabled=False):
-                x = _decode_batch(model, x, steps, stop_id, stop_count)
-            for r, seq in zip(chunk, x.tolist()):
-                out[r] = seq
+    for rows in batches:
+        with autocast or torch.autocast(torch.device(device).type, enabled=False):
+            if len(prompts[rows[0]]) + steps <= model.max_len:
+                seqs = _decode_cached(model, [prompts[r] for r in rows], steps, stop_id, stop_count, device)
+            else:
+                x = torch.tensor([prompts[r] for r in rows], dtype=torch.long, device=device)
+                seqs = _decode_cropped(model, x, steps, stop_id, stop_count)
+        for r, seq in zip(rows, seqs):
+            out[r] = seq
     return out

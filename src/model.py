@@ -12,6 +12,10 @@ Three variants share this file: vanilla (CausalSelfAttention in every block), sy
 first block becomes a DownProjectBlock onto bottleneck_dim learned queries, the last an
 UpProjectBlock back to the input length). Module names match the handout's, so state_dicts are
 interchangeable with it.
+
+Beyond the handout, and changing no result: training on a CPU computes only the positions that
+can change the loss (attention.Packing), and decoding keeps each layer's keys and values
+(attention.KVCache), for the perceiver too.
 """
 import copy
 
@@ -19,7 +23,8 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-from attention import CausalCrossAttention, CausalSelfAttention, KVCache, SynthesizerAttention
+from attention import (CausalCrossAttention, CausalSelfAttention, KVCache, Packing,
+                       SynthesizerAttention)
 
 
 class GPTConfig:
@@ -33,6 +38,10 @@ class GPTConfig:
     # Not in the handout: False computes attention with the handout's written-out masked softmax,
     # True with F.scaled_dot_product_attention (same function, fused kernels). Not a parameter.
     fast_attention = True
+    # Not in the handout: in training on a CPU, skip the positions that cannot change the loss
+    # (see attention.Packing). False computes every position, as the handout does. (GPUs always
+    # compute every position: there the work is not the bottleneck, and fixed shapes suit them.)
+    skip_padding = True
 
     def __init__(self, vocab_size, block_size, **kwargs):
         self.vocab_size = vocab_size
@@ -71,8 +80,8 @@ class Block(nn.Module):
             self.attn = CausalSelfAttention(config)
         self.mlp = mlp(config)
 
-    def forward(self, x, cache=None):
-        x = x + self.attn(self.ln1(x), cache)
+    def forward(self, x, packing=None, cache=None, positions=None):
+        x = x + self.attn(self.ln1(x), packing, cache, positions)
         x = x + self.mlp(self.ln2(x))
         return x
 
@@ -91,9 +100,18 @@ class DownProjectBlock(nn.Module):
         self.attn = CausalCrossAttention(config)
         self.mlp = mlp(config)
 
-    def forward(self, x_input):
+    def forward(self, x_input, packing=None, cache=None, positions=None, slots=None):
+        """Decoding steps: x_input holds the new input columns at `positions`, and only the
+        bottleneck slots `slots` (B, S) are computed (see GPT.transformer)."""
+        if slots is None:
+            # Slot j only sees inputs 0..j and only reaches positions j.. of the output, so an
+            # input of T < bottleneck_dim positions needs the first T slots only (same outputs).
+            T = x_input.size(1) if packing is None else packing.T
+            C = self.C if T >= self.C.size(1) else self.C[:, :T]
+        else:
+            C = self.C[0, slots]
         # the handout's hint: layernorm on C (the queries), then on the MLP's input
-        x = self.C + self.attn(x_input, self.ln1(self.C))
+        x = C + self.attn(x_input, self.ln1(C), packing, cache, positions, slots)
         x = x + self.mlp(self.ln2(x))
         return x
 
@@ -109,9 +127,9 @@ class UpProjectBlock(nn.Module):
         self.attn = CausalCrossAttention(config)
         self.mlp = mlp(config)
 
-    def forward(self, y, x_input):
+    def forward(self, y, x_input, packing=None, cache=None, positions=None, slots=None):
         # the handout's hint: layernorm on y (keys and values), then on the MLP's input
-        x = x_input + self.attn(self.ln1(y), x_input)
+        x = x_input + self.attn(self.ln1(y), x_input, packing, cache, slots, positions)
         x = x + self.mlp(self.ln2(x))
         return x
 
@@ -129,6 +147,8 @@ class GPT(nn.Module):
 
         # transformer
         self.perceiver = config.perceiver
+        self.bottleneck_dim = config.bottleneck_dim
+        self.skip_padding = config.skip_padding
         if config.perceiver:
             self.down_block = DownProjectBlock(config)
             # the middle blocks see bottleneck_dim positions, so their causal masks are that size
@@ -161,34 +181,33 @@ class GPT(nn.Module):
     def get_block_size(self):
         return self.block_size
 
-    def new_caches(self):
-        """One KVCache per block, for decoding one step at a time (vanilla and synthesizer; the
-        perceiver's bottleneck changes with every new input position, so it has none)."""
-        if self.perceiver:
-            return None
-        return [KVCache() for _ in self.blocks]
+    def new_caches(self, size):
+        """One KVCache per attention layer, for decoding one step at a time sequences of at most
+        `size` positions (see decode.py)."""
+        if not self.perceiver:
+            return [KVCache(size) for _ in self.blocks]
+        # the perceiver: the down block's keys/values cover the input positions, the others the
+        # bottleneck slots
+        m = self.bottleneck_dim
+        return [KVCache(size)] + [KVCache(m) for _ in self.blocks] + [KVCache(m)]
 
-    def forward(self, idx, targets=None, caches=None):
+    def forward(self, idx, targets=None, caches=None, positions=None):
+        """idx (B, T) -> logits (B, T, vocab_size), and the loss when targets are given.
+
+        Training on a CPU (skip_padding): only the positions that can change the loss are
+        computed (see packed_loss), and the logits, not computed everywhere, are None.
+        Decoding (see decode.py): `caches` (new_caches) store the keys and values of the positions
+        seen; with `positions` (B, T), idx holds only the new tokens, at those positions.
+        """
         b, t = idx.size()
-        start = 0 if not caches or caches[0].v is None else caches[0].v.size(2)
-        assert start + t <= self.block_size, "Cannot forward, model block size is exhausted."
-
-        # forward the GPT model
-        token_embeddings = self.tok_emb(idx)  # each index maps to a (learnable) vector
-        position_embeddings = self.pos_emb[:, start:start + t, :]  # each position maps to a (learnable) vector
-        x_input = self.drop(token_embeddings + position_embeddings)
-
-        if self.perceiver:
-            x = self.up_block(self.blocks(self.down_block(x_input)), x_input)
-        elif caches is not None:
-            x = x_input
-            for block, cache in zip(self.blocks, caches):
-                x = block(x, cache)
+        if targets is not None and self.training and self.skip_padding and idx.device.type == 'cpu':
+            return None, self.packed_loss(idx, targets)
+        if positions is None:
+            assert t <= self.block_size, "Cannot forward, model block size is exhausted."
         else:
-            x = self.blocks(x_input)
+            assert int(positions.max()) < self.block_size, "Cannot forward, model block size is exhausted."
 
-        x = self.ln_f(x)
-        logits = self.head(x)
+        logits = self.head(self.ln_f(self.transformer(idx, positions, caches=caches)))
 
         # if we are given some desired targets also calculate the loss
         loss = None
@@ -196,3 +215,62 @@ class GPT(nn.Module):
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=0)
 
         return logits, loss
+
+    def transformer(self, idx, positions=None, packing=None, caches=None):
+        """Embeddings and blocks: idx -> the vectors that ln_f and the head turn into logits.
+
+        idx is (B, T) at positions 0..T-1, or packed (N,) by `packing`, or (decoding steps) at
+        `positions` (B, T), rows standing at different positions. `caches` (decoding) store the
+        keys and values of every attention layer."""
+        # forward the GPT model
+        token_embeddings = self.tok_emb(idx)  # each index maps to a (learnable) vector
+        if packing is not None:
+            position_embeddings = self.pos_emb[0, packing.positions]
+        elif positions is not None:
+            position_embeddings = self.pos_emb[0, positions]
+        else:
+            position_embeddings = self.pos_emb[:, :idx.size(1), :]  # each position maps to a (learnable) vector
+        x_input = self.drop(token_embeddings + position_embeddings)
+
+        if not self.perceiver:
+            x = x_input
+            for i, block in enumerate(self.blocks):
+                x = block(x, packing, None if caches is None else caches[i], positions)
+            return x
+        down_cache, block_caches, up_cache = (None, [None] * len(self.blocks), None) \
+            if caches is None else (caches[0], caches[1:-1], caches[-1])
+        slots = None
+        if positions is not None:
+            # A decoding step. Bottleneck slot j only sees inputs 0..j, and input position i
+            # only sees slots 0..i, so the logits at position i need slots 0..min(i, m - 1)
+            # only, each computed once all its inputs are known. The prompts' slots were stored
+            # by the first call (slots past a row's prompt saw padding, and are recomputed
+            # before they are used); a step computes one slot per row: its new position, capped
+            # at m - 1 (slot m - 1 then comes out as stored: it only sees inputs 0..m-1).
+            slots = positions.clamp(max=self.bottleneck_dim - 1)
+        x = self.down_block(x_input, packing, down_cache, positions, slots)
+        for block, cache in zip(self.blocks, block_caches):
+            x = block(x, cache=cache, positions=slots)  # never packed: m slots in every row
+        return self.up_block(x, x_input, packing, up_cache, positions, slots)
+
+    def packed_loss(self, idx, targets, groups=4):
+        """The training loss, computed on the positions that can change it only.
+
+        A row's positions after its last non-PAD target change no loss (attention.Packing), so
+        each row is cut there. The rows are sorted by that length and taken in `groups` groups:
+        the position-wise layers run on a group's kept positions only, its attention on the
+        group's longest row. The loss is the handout's (the mean over the non-PAD targets),
+        summed group by group and divided once.
+        """
+        t = idx.size(1)
+        lengths = (torch.arange(1, t + 1, device=idx.device) * (targets != 0)).amax(dim=1)
+        lengths = lengths.clamp(min=1)  # (a row of PAD targets only adds nothing, but keeps a graph)
+        total = 0.0
+        for rows in lengths.argsort(descending=True).chunk(groups):
+            T = int(lengths[rows[0]])
+            packing = Packing(lengths[rows], T)
+            x = self.transformer(packing.pack(idx[rows, :T]), packing=packing)
+            logits = self.head(self.ln_f(x))
+            total = total + F.cross_entropy(logits, packing.pack(targets[rows, :T]),
+                                            ignore_index=0, reduction='sum')
+        return total / (targets != 0).sum()

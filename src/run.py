@@ -60,8 +60,10 @@ def parse_args(argv=None):
                        help='auto: bf16 autocast for training where the hardware has bf16 '
                             'arithmetic, fp32 otherwise; evaluation is fp32 unless bf16 is asked for')
     extra.add_argument('--compile', action='store_true', help='torch.compile the model (GPU)')
-    extra.add_argument('--plain_attention', action='store_true',
-                       help='the handout\'s written-out attention instead of scaled_dot_product_attention')
+    extra.add_argument('--plain', '--plain_attention', action='store_true', dest='plain',
+                       help='compute as the handout does (same results, slower): written-out '
+                            'attention instead of scaled_dot_product_attention, and every padded '
+                            'position of a training batch')
     extra.add_argument('--dropout', type=float, default=None,
                        help='embd/resid/attn dropout (the handout\'s is 0.1)')
     extra.add_argument('--resume', action='store_true',
@@ -176,14 +178,15 @@ def load_params(gpt, path, args, device):
     if mismatch:
         found, wanted = describe_params(state), describe_model(args)
         if found == wanted:  # same variant, other sizes (vocabulary, block size, widths)
-            found += ' of other sizes (its keys or shapes differ: another corpus or config?)'
+            found += (' of other sizes (its keys or shapes differ: another corpus, or trained '
+                      'with another --preset?)')
         raise UsageError(f'--reading_params_path {path}: params are {found}, you asked for {wanted}')
     gpt.load_state_dict(state)
 
 
 def build_model(args, vocab_size, block_size, device):
-    mconf = model.GPTConfig(vocab_size, block_size, **presets.MODEL,
-                            fast_attention=not args.plain_attention)
+    mconf = model.GPTConfig(vocab_size, block_size, **presets.model_values(args.preset),
+                            fast_attention=not args.plain, skip_padding=not args.plain)
     if args.dropout is not None:
         mconf.embd_pdrop = mconf.resid_pdrop = mconf.attn_pdrop = args.dropout
     if args.variant == 'synthesizer':
@@ -205,7 +208,6 @@ def train(gpt, data, args, stage, pretrain_len, lr, device, writer, path):
     tconf = trainer.TrainerConfig(
         **values, final_tokens=final, writer=writer, device=device,
         precision=pick_precision(args.precision, device, training=True), compile=args.compile,
-        min_len=args.bottleneck_dim if args.variant == 'perceiver' else 0,
         log_every=1 if device == 'cpu' else 25,
         resume_path=path + '.ckpt', resume=args.resume, checkpoint_every=args.checkpoint_every)
     trainer.Trainer(gpt, data, None, tconf).train()

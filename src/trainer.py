@@ -48,7 +48,6 @@ class TrainerConfig:
     device = 'cpu'  # 'cpu', 'cuda' or a torch.device
     precision = 'fp32'  # 'fp32' or 'bf16' (autocast)
     compile = False  # torch.compile the model (GPU)
-    min_len = 0  # never trim a batch shorter than this (the perceiver's bottleneck_dim)
     pad_multiple = 8  # trimmed lengths are rounded up to this (fewer shapes for compile/kernels)
     log_every = 1  # read losses back every N steps (a GPU sync); tensorboard still gets every step
     resume_path = None  # where the resumable checkpoint (model, optimizer, schedule, RNG) goes
@@ -81,11 +80,12 @@ def optimizer_groups(model, weight_decay):
             {"params": no_decay, "weight_decay": 0.0}]
 
 
-def trim_padding(x, y, min_len=0, multiple=1):
-    """Drop the trailing columns whose targets are PAD (0) in every row."""
+def trim_padding(x, y, multiple=1):
+    """Drop the trailing columns whose targets are PAD (0) in every row. (Exact for all three
+    variants: the model is causal and ignores PAD targets; the perceiver's down projection then
+    uses only as many bottleneck slots as there are positions, see model.DownProjectBlock.)"""
     used = (y != 0).any(dim=0).nonzero()
     keep = int(used[-1]) + 1 if len(used) else 1
-    keep = max(keep, min_len)
     keep = min(x.size(1), -(-keep // multiple) * multiple)
     return x[:, :keep].contiguous(), y[:, :keep].contiguous()
 
@@ -314,7 +314,7 @@ class Trainer:
             weight = count * self.world / total
             if len(x) == 0:  # a last batch smaller than the number of ranks: a dummy row, weight 0
                 x, y, weight = x.new_ones(1, 1), y.new_ones(1, 1), torch.zeros_like(weight)
-        x, y = trim_padding(x, y, config.min_len, config.pad_multiple)
+        x, y = trim_padding(x, y, config.pad_multiple)
         x = x.to(device, non_blocking=True)
         y = y.to(device, non_blocking=True)
 
@@ -340,7 +340,7 @@ class Trainer:
         losses = []
         generator = torch.Generator().manual_seed(0)
         for indices in batch_indices(len(dataset), self.config.batch_size, generator):
-            x, y = trim_padding(*collate(dataset, indices), self.config.min_len)
+            x, y = trim_padding(*collate(dataset, indices))
             with autocast:
                 _, loss = self.model(x.to(self.device), y.to(self.device))
             losses.append(float(loss))

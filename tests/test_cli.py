@@ -213,6 +213,23 @@ def test_params_of_another_variant_are_refused(tmp_path):
     assert not (tmp_path / 'p.params').exists()
 
 
+def test_a_preset_with_its_own_model_needs_the_preset_to_load(tmp_path):
+    """cpu-45min trains a narrower model than the handout's: its params say so, and reading them
+    without the preset is one error line naming the cause."""
+    write_inputs(tmp_path)
+    ok(cli(['pretrain', 'vanilla', 'corpus.txt', '--writing_params_path', 'pt.params',
+            '--preset', 'cpu-45min'] + FAST, tmp_path))
+    state = torch.load(tmp_path / 'pt.params', weights_only=True)
+    assert state['tok_emb.weight'].shape[1] == 128 and state['blocks.0.mlp.0.weight'].shape == (512, 128)
+    evaluate = ['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path', 'pt.params',
+                '--eval_corpus_path', 'dev.tsv', '--outputs_path', 'dev.predictions'] + FAST
+    line = one_error_line(cli(evaluate, tmp_path))
+    assert 'pt.params' in line and '--preset' in line
+    assert not (tmp_path / 'dev.predictions').exists()
+    ok(cli(evaluate + ['--preset', 'cpu-45min'], tmp_path))
+    assert len((tmp_path / 'dev.predictions').read_text(encoding='utf-8').splitlines()) == len(DEV)
+
+
 # ---- London baseline ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize('where', ['repo', 'elsewhere'])

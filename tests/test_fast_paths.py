@@ -1,16 +1,22 @@
 """The fast paths compute what the handout computes.
 
-- Evaluation: decode.greedy_complete with early stopping gives the same prediction strings as the
-  handout's one-question loop (utils.sample(model, x, 32, sample=False), split on ⁇, [1]), for
-  every variant, prompts of many lengths, and prompts long enough for the uncached fallback.
-- Training: trainer.Trainer (in-process batches, trimmed padding, scaled_dot_product_attention)
-  and a plain handout loop written out here (full batches, written-out attention), same seed,
-  same batches, dropout 0: the loss curves agree within float noise in fp32 and within a small
-  tolerance in bf16.
+- Evaluation: decode.greedy_complete (prompts of different lengths in one batch, KV caches for
+  every variant, the perceiver included, rows leaving the batch at their closing ⁇) gives the
+  same prediction strings as the handout's one-question loop (utils.sample(model, x, 32,
+  sample=False), split on ⁇, [1]), also for prompts long enough to need the handout's cropping
+  and for rows that never close their answer.
+- Attention: scaled_dot_product_attention and the written-out math agree, outputs and gradients,
+  for self- and cross-attention.
+- Training: skipping the positions that cannot change the loss (trim_padding, and the model's
+  packed_loss) gives the loss and gradients of the full batch, for all three variants (the
+  perceiver also with inputs shorter than its bottleneck); and a short run of trainer.Trainer
+  matches a plain handout loop (same seed, same batches, dropout 0) within float noise in fp32
+  and within a small tolerance in bf16.
 """
 import pytest
 import torch
 
+import attention
 import dataset
 import model
 import trainer
@@ -32,9 +38,9 @@ VARIANTS = {'vanilla': {}, 'synthesizer': {'synthesizer': True},
             'perceiver': {'perceiver': True, 'bottleneck_dim': 8}}
 
 
-def tiny(vocab, overrides, fast=True, dropout=0.1, block_size=128):
-    conf = model.GPTConfig(vocab, block_size, n_layer=3, n_head=2, n_embd=32, fast_attention=fast,
-                           **overrides)
+def tiny(vocab, overrides, fast=True, skip_padding=True, dropout=0.1, block_size=128, n_layer=3):
+    conf = model.GPTConfig(vocab, block_size, n_layer=n_layer, n_head=2, n_embd=32,
+                           fast_attention=fast, skip_padding=skip_padding, **overrides)
     conf.embd_pdrop = conf.resid_pdrop = conf.attn_pdrop = dropout
     return model.GPT(conf)
 
@@ -46,35 +52,170 @@ def data():
     return pre, dataset.NameDataset(pre, TSV)
 
 
-def handout_prediction(gpt, vocab, question):
+# ---- evaluation ---------------------------------------------------------------------------------
+
+def handout_completion(gpt, vocab, question):
+    """The handout's evaluation of one question: 32 greedy steps of utils.sample."""
     x = torch.tensor([[vocab.stoi[c] for c in question + '⁇']])
-    completion = ''.join(vocab.itos[int(i)] for i in utils.sample(gpt, x, 32, sample=False)[0])
-    return completion.split('⁇')[1]
+    return ''.join(vocab.itos[int(i)] for i in utils.sample(gpt, x, 32, sample=False)[0])
 
 
 @pytest.mark.parametrize('name', VARIANTS)
-def test_early_stopping_batched_decoding_gives_the_handouts_predictions(data, name):
+def test_batched_decoding_gives_the_handouts_predictions(data, name):
     pre, names = data
     utils.set_seed(1)
     gpt = tiny(pre.vocab_size, VARIANTS[name])
-    # a few finetuning steps, so the model emits varied text and some closing ⁇
+    # a few finetuning steps: the model learns to close some answers with ⁇, and emits
+    # question-dependent text
     conf = trainer.TrainerConfig(max_epochs=15, batch_size=3, learning_rate=3e-3)
     trainer.Trainer(gpt, names, None, conf).train()
     questions = [line.split('\t')[0] for line in TSV.splitlines()]
-    questions += ['Where was Ada born?', 'Who?', 'Where was Marie Curie born? ' * 3]
+    # other lengths, among them prompts shorter than the perceiver's bottleneck (8), and
+    # questions the model has not seen
+    questions += ['Where was Ada born?', 'Who?', 'Why', 'Where was Marie Curie born? ' * 3,
+                  'Where was Alan born?', 'Niels Bohr born where?']
     if name != 'synthesizer':  # (the handout's loop itself fails there: w2 has 127 columns)
-        questions.append('Ada Lovelace was born in ' * 5)  # 125 + 1 + 32 > 128: uncached path
+        questions.append('Ada Lovelace was born in ' * 5)  # 125 + 1 + 32 > 128: cropped, uncached
     prompts = [[pre.stoi[c] for c in q + '⁇'] for q in questions]
     mask = pre.stoi['⁇']
     got = [''.join(pre.itos[i] for i in ids).split('⁇')[1]
-           for ids in greedy_complete(gpt, prompts, 32, stop_id=mask, batch_size=4)]
-    want = [handout_prediction(gpt, pre, q) for q in questions]
-    assert got == want
-    assert len(set(want)) > 1  # the check means something: the answers differ
+           for ids in greedy_complete(gpt, prompts, 32, stop_id=mask, batch_size=5)]
+    want = [handout_completion(gpt, pre, q) for q in questions]
+    assert got == [w.split('⁇')[1] for w in want]
+    # the check means something: the answers differ, and rows close their answers (and leave
+    # the batch) at different steps
+    assert len(set(got)) >= 3
+    assert len({len(w.split('⁇')[1]) for w in want if w.count('⁇') >= 2}) >= 2
 
+
+@pytest.mark.parametrize('name', VARIANTS)
+def test_batched_decoding_is_the_handouts_loop_token_for_token(name):
+    """All 32 tokens, prompt for prompt: the caches reproduce every step, not only the answer
+    (random weights large enough that positions and context matter). With a stop token, each row
+    is the handout's sequence cut after its second stop token, or whole if it has fewer."""
+    torch.manual_seed(2)
+    gpt = tiny(40, VARIANTS[name], block_size=64).eval()
+    with torch.no_grad():
+        for p in gpt.parameters():
+            p.add_(torch.randn(p.shape) * 0.3)
+    gen = torch.Generator().manual_seed(3)
+    lengths = (1, 3, 7, 8, 9, 20, 31) + ((40,) if name != 'synthesizer' else ())
+    prompts = [torch.randint(2, 40, (n,), generator=gen).tolist() for n in lengths]
+    got = greedy_complete(gpt, prompts, 32, batch_size=4)
+    want = [utils.sample(gpt, torch.tensor([p]), 32, sample=False)[0].tolist() for p in prompts]
+    assert got == want
+
+    # a stop token that some rows emit twice and others not: rows leave the batch at different
+    # steps while the others go on
+    def stops(t):
+        done = sum(w.count(t) >= 2 for w in want)
+        return min(done, len(want) - done)
+    stop = max(range(40), key=stops)
+
+    def cut(seq, prompt):
+        # decoding stops after the step at which the row holds two stop tokens (at least one
+        # step, even when the prompt holds two already)
+        hits = [i for i, t in enumerate(seq) if t == stop]
+        return seq if len(hits) < 2 else seq[:max(hits[1], len(prompt)) + 1]
+    got = greedy_complete(gpt, prompts, 32, stop_id=stop, batch_size=4)
+    assert got == [cut(w, p) for w, p in zip(want, prompts)]
+    assert any(len(g) < len(w) for g, w in zip(got, want)) and any(g == w for g, w in zip(got, want))
+
+
+# ---- attention: the fused kernel and the written-out math ---------------------------------------
+
+def attention_pair(cls, seed):
+    conf = model.GPTConfig(30, 40, n_layer=1, n_head=4, n_embd=32, attn_pdrop=0.0, resid_pdrop=0.0)
+    torch.manual_seed(seed)
+    fast = cls(conf)
+    with torch.no_grad():
+        for p in fast.parameters():
+            p.normal_(0, 0.3)  # far from uniform attention, so that differences show
+    plain = cls(conf)
+    plain.load_state_dict(fast.state_dict())
+    fast.fast, plain.fast = True, False
+    return fast, plain
+
+
+def grads(mod, inputs):
+    return [x.grad for x in inputs] + [p.grad for p in mod.parameters()]
+
+
+@pytest.mark.parametrize('kind,shapes', [
+    ('self', [(3, 40, 32)]),
+    ('self', [(2, 17, 32)]),
+    ('cross', [(3, 30, 32), (1, 8, 32)]),   # the perceiver's down projection: C as queries
+    ('cross', [(3, 8, 32), (3, 30, 32)]),   # the up projection: more queries than keys
+])
+def test_sdpa_and_plain_attention_agree_with_gradients(kind, shapes):
+    cls = attention.CausalSelfAttention if kind == 'self' else attention.CausalCrossAttention
+    fast, plain = attention_pair(cls, 4)
+    gen = torch.Generator().manual_seed(5)
+    xs = [torch.randn(s, generator=gen) for s in shapes]
+    results = []
+    for mod in (fast, plain):
+        inputs = [x.clone().requires_grad_() for x in xs]
+        y = mod(*inputs)
+        (y * torch.linspace(-1, 1, y.numel()).view_as(y)).sum().backward()
+        results.append((y.detach(), grads(mod, inputs)))
+    (y_fast, g_fast), (y_plain, g_plain) = results
+    torch.testing.assert_close(y_fast, y_plain, atol=1e-5, rtol=1e-4)
+    # gradients reach ~100 here; atol 1e-4 is float noise at that scale (the key bias's gradient
+    # is exactly 0 in exact arithmetic: both paths give rounding noise of ~1e-5 there)
+    for a, b in zip(g_fast, g_plain):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+    assert y_fast.abs().mean() > 0.1 and all(g.abs().sum() > 0 for g in g_fast)
+
+
+# ---- training: skipped positions change neither loss nor gradients ------------------------------
+
+def pad_batch(lengths, vocab, T=60, seed=6):
+    """Rows of random tokens whose targets are non-PAD up to `length` (then PAD), with some PAD
+    targets inside too (as the NameDataset's questions have)."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randint(1, vocab, (len(lengths), T), generator=gen)
+    y = torch.randint(1, vocab, (len(lengths), T), generator=gen)
+    for r, n in enumerate(lengths):
+        y[r, n:] = 0
+        y[r, :n // 3] = 0
+    return x, y
+
+
+@pytest.mark.parametrize('name,overrides,lengths', [
+    ('vanilla', {}, [60, 3, 17, 0, 41, 9, 60, 25]),
+    ('synthesizer', {'synthesizer': True}, [59, 3, 17, 1, 41, 9]),
+    ('perceiver', {'perceiver': True, 'bottleneck_dim': 16}, [60, 3, 17, 30, 9, 12]),
+    ('perceiver-short', {'perceiver': True, 'bottleneck_dim': 16}, [3, 9, 12, 5, 7]),  # T < m
+])
+def test_skipped_positions_change_neither_loss_nor_gradients(name, overrides, lengths):
+    vocab = 30
+    torch.manual_seed(7)
+    full = tiny(vocab, overrides, fast=False, skip_padding=False, dropout=0.0, block_size=64)
+    with torch.no_grad():
+        for p in full.parameters():
+            p.add_(torch.randn(p.shape) * 0.1)
+    packed = tiny(vocab, overrides, fast=True, dropout=0.0, block_size=64)
+    packed.load_state_dict(full.state_dict())
+    x, y = pad_batch(lengths, vocab, T=63 if overrides.get('synthesizer') else 60)
+    tx, ty = trainer.trim_padding(x, y)
+    assert tx.size(1) == max(lengths) and (name != 'perceiver-short' or tx.size(1) < 16)
+
+    full.train(), packed.train()
+    logits, loss = full(x, y)
+    loss.backward()
+    none, packed_loss = packed(tx, ty)
+    packed_loss.backward()
+    assert logits is not None and none is None  # the packed path computes no full logits
+    torch.testing.assert_close(packed_loss, loss, atol=0, rtol=1e-5)
+    for (key, a), b in zip(full.named_parameters(), packed.parameters()):
+        torch.testing.assert_close(b.grad, a.grad, atol=1e-7, rtol=1e-4, msg=key)
+    assert loss.item() > 1 and full.tok_emb.weight.grad.abs().sum() > 0
+
+
+# ---- training: a short run, fast path vs the plain handout loop ---------------------------------
 
 def plain_losses(gpt, data, lr, batches):
-    """The handout's training loop (fp32, full-length batches, no trimming)."""
+    """The handout's training loop (fp32, full-length batches, written-out attention)."""
     opt = torch.optim.AdamW(trainer.optimizer_groups(gpt, 0.1), lr=lr, betas=(0.9, 0.95))
     gpt.train()
     losses = []
@@ -101,26 +242,30 @@ class LossLog:
 @pytest.mark.parametrize('name', VARIANTS)
 @pytest.mark.parametrize('precision,tolerance', [('fp32', 1e-4), ('bf16', 3e-2)])
 def test_fast_training_matches_the_plain_loop(data, name, precision, tolerance):
-    pre, names = data
-    epochs, batch, lr = 3, 4, 1e-3
-    # the batches the Trainer will draw: its generator is seeded from torch's seed
+    """Span-corruption pretraining, as run.py pretrain does it (a tiny model, dropout 0)."""
+    pre, _ = data
+    epochs, batch, lr = 2, 6, 3e-3
+    # the batches the Trainer will draw: its generator is seeded from torch's seed; the
+    # corruptions are drawn from python's `random`, seeded alike for both runs
     utils.set_seed(5)
     g = torch.Generator().manual_seed(torch.initial_seed())
-    batches = [b for _ in range(epochs) for b in trainer.batch_indices(len(names), batch, g)]
+    batches = [b for _ in range(epochs) for b in trainer.batch_indices(len(pre), batch, g)]
 
     utils.set_seed(5)
     fast = tiny(pre.vocab_size, VARIANTS[name], fast=True, dropout=0.0)
     log = LossLog()
     conf = trainer.TrainerConfig(max_epochs=epochs, batch_size=batch, learning_rate=lr,
-                                 precision=precision, writer=log,
-                                 min_len=8 if name == 'perceiver' else 0)
-    trainer.Trainer(fast, names, None, conf).train()
+                                 precision=precision, writer=log)
+    trainer.Trainer(fast, pre, None, conf).train()
 
     utils.set_seed(5)
-    plain = tiny(pre.vocab_size, VARIANTS[name], fast=False, dropout=0.0)
-    want = plain_losses(plain, names, lr, batches)
+    plain = tiny(pre.vocab_size, VARIANTS[name], fast=False, skip_padding=False, dropout=0.0)
+    want = plain_losses(plain, pre, lr, batches)
 
-    assert len(log.values) == len(want)
+    assert len(log.values) == len(want) == 6
     rel = max(abs(a - b) / abs(b) for a, b in zip(log.values, want))
     assert rel < tolerance, (log.values, want)
     assert want[-1] < want[0]  # it trained
+    if precision == 'fp32':  # and the parameters it ends with agree too
+        for (key, a), b in zip(plain.named_parameters(), fast.parameters()):
+            torch.testing.assert_close(b, a, atol=1e-4, rtol=1e-3, msg=key)

@@ -120,36 +120,32 @@ def test_trim_padding_drops_exactly_the_all_pad_columns():
     assert torch.all(y[:, 37:] == 0) and torch.any(ty[:, -1] != 0)
 
 
-def test_trim_padding_multiple_and_min_len():
+def test_trim_padding_multiple():
     x, y = batch([10, 37, 5])
     assert trainer.trim_padding(x, y, multiple=8)[0].shape[1] == 40
     assert trainer.trim_padding(x, y, multiple=1)[0].shape[1] == 37
-    assert trainer.trim_padding(x, y, min_len=64)[0].shape[1] == 64
-    assert trainer.trim_padding(x, y, min_len=64, multiple=8)[1].shape[1] == 64
-    assert trainer.trim_padding(x, y, min_len=30, multiple=8)[1].shape[1] == 40
-    assert trainer.trim_padding(x, y, min_len=20)[0].shape[1] == 37
     # never wider than the batch, even when rounding up would be
     x, y = batch([125])
     assert trainer.trim_padding(x, y, multiple=8)[0].shape[1] == 127
     x, y = batch([127])
     assert trainer.trim_padding(x, y, multiple=8)[0].shape[1] == 127
-    # all PAD: one column is kept (or min_len)
+    # all PAD: one column is kept
     x, y = batch([0, 0])
     assert trainer.trim_padding(x, y)[0].shape == (2, 1)
-    assert trainer.trim_padding(x, y, min_len=16)[0].shape == (2, 16)
     # the trimmed tensors are contiguous (they are viewed by the loss)
     assert trainer.trim_padding(*batch([10, 20]))[1].is_contiguous()
 
 
-@pytest.mark.parametrize('kw,min_len', [({}, 0), (dict(synthesizer=True), 0),
-                                        (dict(perceiver=True, bottleneck_dim=16), 16)],
-                         ids=['vanilla', 'synthesizer', 'perceiver'])
-def test_trimming_changes_neither_logits_nor_loss(kw, min_len):
+@pytest.mark.parametrize('kw', [{}, dict(synthesizer=True), dict(perceiver=True, bottleneck_dim=16),
+                                dict(perceiver=True, bottleneck_dim=32)],
+                         ids=['vanilla', 'synthesizer', 'perceiver', 'perceiver-wide'])
+def test_trimming_changes_neither_logits_nor_loss(kw):
+    """Also for the perceiver cut below its bottleneck (21 columns < 32 slots)."""
     torch.manual_seed(0)
     gpt = tiny_gpt(**kw).eval()
     x, y = batch([9, 21, 3])
-    tx, ty = trainer.trim_padding(x, y, min_len=min_len, multiple=1)
-    assert tx.shape[1] == max(21, min_len) < 127
+    tx, ty = trainer.trim_padding(x, y, multiple=1)
+    assert tx.shape[1] == 21
     with torch.no_grad():
         logits, loss = gpt(x, y)
         tlogits, tloss = gpt(tx, ty)
@@ -181,9 +177,8 @@ def name_data():
     return dataset.NameDataset(dataset.CharCorruptionDataset(corpus, BLOCK), tsv)
 
 
-@pytest.mark.parametrize('kw,min_len', [({}, 0), (dict(perceiver=True, bottleneck_dim=48), 48)],
-                         ids=['vanilla', 'perceiver'])
-def test_trainer_lr_counts_padded_tokens(name_data, monkeypatch, kw, min_len):
+@pytest.mark.parametrize('kw', [{}, dict(perceiver=True, bottleneck_dim=48)], ids=['vanilla', 'perceiver'])
+def test_trainer_lr_counts_padded_tokens(name_data, monkeypatch, kw):
     torch.manual_seed(0)
     gpt = tiny_gpt(vocab=len(name_data.stoi), n_layer=2, **kw)
 
@@ -203,8 +198,7 @@ def test_trainer_lr_counts_padded_tokens(name_data, monkeypatch, kw, min_len):
     lr, warmup, final = 6e-4, 1500, 5200
     writer = RecordingWriter()
     conf = trainer.TrainerConfig(max_epochs=2, batch_size=8, learning_rate=lr, lr_decay=True,
-                                 warmup_tokens=warmup, final_tokens=final, writer=writer,
-                                 min_len=min_len)
+                                 warmup_tokens=warmup, final_tokens=final, writer=writer)
     t = trainer.Trainer(gpt, name_data, None, conf)
     t.train()
 
@@ -223,7 +217,9 @@ def test_trainer_lr_counts_padded_tokens(name_data, monkeypatch, kw, min_len):
     assert expected[2] < expected[1] < lr and expected[-1] == pytest.approx(0.1 * lr)
     # ... although the batches the model saw were trimmed
     assert len(widths) == 6 and max(widths) < 127
-    assert all(w >= min_len and w % 8 == 0 for w in widths)
+    assert all(w % 8 == 0 for w in widths)
+    if kw:  # the perceiver's batches are cut below its 48 slots too
+        assert max(widths) < 48
     losses = writer.scalars['train/loss']
     assert len(losses) == 6 and all(math.isfinite(v) for _, v in losses)
 
@@ -240,3 +236,25 @@ def test_trainer_without_decay_keeps_lr(name_data):
     assert t.tokens == 20 * 127
     changed = [k for k, v in gpt.state_dict().items() if not torch.equal(v, before[k])]
     assert 'head.weight' in changed and 'blocks.0.attn.mask' not in changed
+
+
+# ---- presets: the handout's values in one place ---------------------------------------------------
+
+def test_the_handout_preset_is_the_handouts_run_py():
+    import presets
+    handout = presets.PRESETS['handout']
+    assert presets.model_values('handout') == dict(n_layer=4, n_head=8, n_embd=256)
+    conf = model.GPTConfig(256, presets.BLOCK_SIZE, **presets.model_values('handout'))
+    assert (conf.embd_pdrop, conf.resid_pdrop, conf.attn_pdrop) == (0.1, 0.1, 0.1)
+    assert presets.BLOCK_SIZE == 128 and presets.BOTTLENECK_DIM == 32
+    common = dict(lr_decay=True, warmup_tokens=512 * 20, final_tokens_per_example=200 * 128,
+                  num_workers=4)
+    assert handout['pretrain'] == dict(max_epochs=650, batch_size=128, learning_rate=6e-3, **common)
+    assert handout['finetune_scratch'] == dict(max_epochs=75, batch_size=256, learning_rate=6e-4, **common)
+    assert handout['finetune_pretrained'] == dict(max_epochs=10, batch_size=256, learning_rate=6e-4,
+                                                  **common)
+    # every other preset names the same settings, and finetunes a pretrained model as the handout
+    for name, preset in presets.PRESETS.items():
+        assert set(preset) == set(handout), name
+        assert all(set(preset[s]) == set(handout[s]) for s in presets.HANDOUT), name
+    assert presets.PRESETS['cpu-45min']['finetune_pretrained'] == handout['finetune_pretrained']

@@ -187,7 +187,7 @@ def plot(curves, path):
     img.save(path)
 
 
-def report(out, timings, flags, preset):
+def report(out, timings, flags, preset, models=MODELS):
     rows = []
     for name in ['london', *MODELS]:
         acc = dev_accuracy(out, name)
@@ -197,13 +197,16 @@ def report(out, timings, flags, preset):
     info = dict(preset=preset, flags=flags, device=device_name(flags), commit=commit(),
                 seed=int(flags[flags.index('--seed') + 1]) if '--seed' in flags else 0,
                 date=time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime()), models=rows)
+    info['command'] = ' '.join(['python scripts/run_all.py', '--preset', preset]
+                               + (['--models', *models] if list(models) != list(MODELS) else [])
+                               + (['--', *flags] if flags else []))
     with open(os.path.join(out, 'report.json'), 'w', encoding='utf-8') as f:
         json.dump(info, f, indent=2)
     lines = [f'# Assignment results ({preset} preset)', '',
              f'- device: {info["device"]}', f'- commit: {info["commit"]}', f'- seed: {info["seed"]}',
              f'- date: {info["date"]}',
-             f'- command: `python scripts/run_all.py --preset {preset} {" ".join(flags)}`'.rstrip(), '',
-             '| model | dev accuracy | public reference (dev) | handout asks | wall time per step (s) |',
+             f'- command: `{info["command"]}`', '',
+             '| model | dev accuracy | public reference (dev) | handout asks | wall time per stage (s) |',
              '|---|---|---|---|---|']
     for r in rows:
         acc = '-' if r['dev'] is None else f"{r['dev']['percent']:.1f}% ({r['dev']['correct']:.0f}/{r['dev']['total']:.0f})"
@@ -252,7 +255,7 @@ def main():
                 timings.setdefault(name, {})[step] = seconds
                 with open(timing_file, 'w', encoding='utf-8') as f:
                     json.dump(timings, f, indent=2)
-    report(out, timings, flags, args.preset)
+    report(out, timings, flags, args.preset, args.models)
 
 
 if __name__ == '__main__':

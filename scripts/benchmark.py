@@ -26,6 +26,7 @@ from torch.utils.data import DataLoader, Subset
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, 'src'))
 import dataset  # noqa: E402
+from attention import kept_lengths  # noqa: E402
 import model  # noqa: E402
 import presets  # noqa: E402
 import trainer  # noqa: E402
@@ -96,11 +97,8 @@ def fast_steps(gpt, data, batch, steps, device, variant):
 def computed_share(data, rows=2000):
     """The share of a padded row's 127 positions that the fast CPU path computes (the positions
     up to its last non-PAD target, see model.GPT.packed_loss), over `rows` examples."""
-    kept = 0
-    for i in range(rows):
-        _, y = data[i % len(data)]
-        kept += int((y != 0).nonzero().max()) + 1
-    return kept / (rows * (presets.BLOCK_SIZE - 1))
+    targets = torch.stack([data[i % len(data)][1] for i in range(rows)])
+    return int(kept_lengths(targets).sum()) / targets.numel()
 
 
 def evaluation(gpt, vocab, device, limit):

@@ -18,7 +18,6 @@ from types import SimpleNamespace
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, 'src'))
-import dataset  # noqa: E402
 import presets  # noqa: E402
 import run  # noqa: E402
 from datafiles import resolve  # noqa: E402
@@ -29,10 +28,9 @@ QUESTION = re.compile(r'^Where was (.+) born\?$')
 LONGEST = int(presets.BLOCK_SIZE * 7 / 8)  # CharCorruptionDataset's longest truncation
 
 
-def probes(wiki_text, eval_lines):
+def probes(wiki_lines, eval_lines):
     """[(text before the place in the person's wiki line, place)] for the eval lines whose
     person has a line (starting "Name.") that names the place within its first LONGEST chars."""
-    lines = wiki_text.split('\n')
     found = []
     for line in eval_lines:
         question, _, place = line.rstrip('\r\n').partition('\t')
@@ -40,7 +38,7 @@ def probes(wiki_text, eval_lines):
         if not match or not place:
             continue
         name = match.group(1)
-        doc = next((d for d in lines if d.startswith(name + '.')), None)
+        doc = next((d for d in wiki_lines if d.startswith(name + '.')), None)
         if doc is None or place not in doc:
             continue
         at = doc.index(place)
@@ -61,8 +59,7 @@ def main(argv=None):
     try:
         wiki_path = resolve(args.pretrain_corpus_path, '--pretrain_corpus_path')
         eval_path = resolve(args.eval_corpus_path, '--eval_corpus_path')
-        text = open(wiki_path, encoding='utf-8').read()
-        vocab = dataset.CharCorruptionDataset(text, presets.BLOCK_SIZE)
+        vocab = run.read_corpus(wiki_path)
         settings = SimpleNamespace(preset=args.preset, plain=False, dropout=None,
                                    variant=args.variant, bottleneck_dim=args.bottleneck_dim)
         gpt = run.build_model(settings, vocab.vocab_size, presets.BLOCK_SIZE, 'cpu')
@@ -70,7 +67,7 @@ def main(argv=None):
     except UsageError as e:
         print(f'error: {e}', file=sys.stderr)
         sys.exit(2)
-    found = probes(text, open(eval_path, encoding='utf-8').readlines())
+    found = probes(vocab.data, open(eval_path, encoding='utf-8').readlines())
     recalled = 0
     for length in sorted({len(place) for _, place in found}):
         # one batch per place length: each line is continued by exactly its place's length

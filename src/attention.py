@@ -32,6 +32,14 @@ def merge_heads(y):
     return y.transpose(1, 2).contiguous().view(B, T, nh * hs)
 
 
+def kept_lengths(targets):
+    """(B, T) targets -> (B,): how many positions of each row Packing keeps in training, up to
+    and including its last non-PAD (index 0) target; at least 1 (a row of PAD targets only adds
+    nothing to the loss, but keeps a graph)."""
+    t = targets.size(1)
+    return (torch.arange(1, t + 1, device=targets.device) * (targets != 0)).amax(dim=1).clamp(min=1)
+
+
 class Packing:
     """Which positions of a (B, T) batch are computed, when not all of them are.
 

@@ -24,7 +24,7 @@ import torch.nn as nn
 from torch.nn import functional as F
 
 from attention import (CausalCrossAttention, CausalSelfAttention, KVCache, Packing,
-                       SynthesizerAttention)
+                       SynthesizerAttention, kept_lengths)
 
 
 class GPTConfig:
@@ -262,9 +262,7 @@ class GPT(nn.Module):
         group's longest row. The loss is the handout's (the mean over the non-PAD targets),
         summed group by group and divided once.
         """
-        t = idx.size(1)
-        lengths = (torch.arange(1, t + 1, device=idx.device) * (targets != 0)).amax(dim=1)
-        lengths = lengths.clamp(min=1)  # (a row of PAD targets only adds nothing, but keeps a graph)
+        lengths = kept_lengths(targets)
         total = 0.0
         for rows in lengths.argsort(descending=True).chunk(groups):
             T = int(lengths[rows[0]])

@@ -220,6 +220,24 @@ def train(gpt, data, args, stage, pretrain_len, lr, device, writer, path):
                 os.remove(tconf.resume_path)
 
 
+def read_corpus(corpus_path):
+    """The pretraining corpus's CharCorruptionDataset (which also gives every stage its
+    vocabulary); a file that is not UTF-8, is empty or holds a reserved character is an error
+    naming it."""
+    try:
+        text = open(corpus_path, encoding='utf-8').read()
+    except UnicodeDecodeError as e:
+        raise UsageError(f'pretrain_corpus_path {corpus_path}: not UTF-8 text ({e.reason} at byte {e.start})')
+    if not text.strip():
+        raise UsageError(f'pretrain_corpus_path {corpus_path} is empty')
+    try:
+        return dataset.CharCorruptionDataset(text, presets.BLOCK_SIZE)
+    except UsageError as e:  # the reserved characters: say which file, and which line
+        line = next((f' line {i}' for i, s in enumerate(text.split('\n'), 1)
+                     if dataset.MASK_CHAR in s or dataset.PAD_CHAR in s), '')
+        raise UsageError(f'pretrain_corpus_path {corpus_path}{line}: {e}')
+
+
 def read_questions(path, stoi, strict):
     """The handout's prompts: each line's text before the tab (for an input file without gold
     places that keeps the line's '\\n', which the handout feeds to the model too), + ⁇.
@@ -333,19 +351,7 @@ def run(args):
     device = init_distributed(pick_device(args.device))
     utils.set_seed(args.seed)
 
-    block_size = presets.BLOCK_SIZE
-    try:
-        text = open(corpus_path, encoding='utf-8').read()
-    except UnicodeDecodeError as e:
-        raise UsageError(f'pretrain_corpus_path {corpus_path}: not UTF-8 text ({e.reason} at byte {e.start})')
-    if not text.strip():
-        raise UsageError(f'pretrain_corpus_path {corpus_path} is empty')
-    try:
-        pretrain_dataset = dataset.CharCorruptionDataset(text, block_size)
-    except UsageError as e:  # the reserved characters: say which file, and which line
-        line = next((f' line {i}' for i, s in enumerate(text.split('\n'), 1)
-                     if dataset.MASK_CHAR in s or dataset.PAD_CHAR in s), '')
-        raise UsageError(f'pretrain_corpus_path {corpus_path}{line}: {e}')
+    pretrain_dataset = read_corpus(corpus_path)
 
     # read and check the other inputs before building anything (none of this draws random numbers,
     # so the model's initialisation is the handout's)

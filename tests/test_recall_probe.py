@@ -24,7 +24,7 @@ def test_probes_are_the_line_up_to_the_place():
                  'Where was Dan Evans born?\tParis\n',
                  'Where was Nobody born?\tNowhere\n',
                  'Where was Ada Brook born?\n']  # no gold place
-    assert recall_probe.probes(WIKI, questions) == [
+    assert recall_probe.probes(WIKI.split('\n'), questions) == [
         ('Ada Brook. Ada Brook was born in ', 'London'),
         ('John F. Kennedy. John F. Kennedy was born in ', 'Brookline')]
 

@@ -7,8 +7,12 @@ greedily for as many characters as the place has. Recall is the share of those c
 that are the place. A model that recalls a place from its line but answers the question wrongly
 holds the fact but cannot reach it from a question (see results/cpu/README.md).
 
+Two more prompts (--prompt) tell what the fact is stored under: `name` gives only "Name." (how
+the line starts) and counts the place anywhere in the next CONTINUE characters; `shifted` gives
+"Where was Name." (the same name, 10 characters later, where a question puts it), counted alike.
+
     python scripts/recall_probe.py vanilla.pretrain.params
-    python scripts/recall_probe.py runs/x/vanilla.pretrain.params --preset cpu-45min
+    python scripts/recall_probe.py runs/x/vanilla.pretrain.params --preset cpu-45min --prompt name
 """
 import argparse
 import os
@@ -26,10 +30,11 @@ from utils import UsageError  # noqa: E402
 
 QUESTION = re.compile(r'^Where was (.+) born\?$')
 LONGEST = int(presets.BLOCK_SIZE * 7 / 8)  # CharCorruptionDataset's longest truncation
+CONTINUE = 80  # characters generated after a `name` / `shifted` prompt
 
 
 def probes(wiki_lines, eval_lines):
-    """[(text before the place in the person's wiki line, place)] for the eval lines whose
+    """[(name, text before the place in the person's wiki line, place)] for the eval lines whose
     person has a line (starting "Name.") that names the place within its first LONGEST chars."""
     found = []
     for line in eval_lines:
@@ -43,8 +48,12 @@ def probes(wiki_lines, eval_lines):
             continue
         at = doc.index(place)
         if at > 0 and at + len(place) <= LONGEST:
-            found.append((doc[:at], place))
+            found.append((name, doc[:at], place))
     return found
+
+
+def prompt_of(kind, name, before):
+    return {'line': before, 'name': f'{name}.', 'shifted': f'Where was {name}.'}[kind]
 
 
 def main(argv=None):
@@ -55,10 +64,14 @@ def main(argv=None):
     ap.add_argument('--bottleneck_dim', type=int, default=presets.BOTTLENECK_DIM)
     ap.add_argument('--pretrain_corpus_path', default='wiki.txt')
     ap.add_argument('--eval_corpus_path', default='birth_dev.tsv')
+    ap.add_argument('--prompt', default='line', choices=('line', 'name', 'shifted'),
+                    help='line: the line up to the place (default); name: "Name."; '
+                         'shifted: "Where was Name."')
     args = ap.parse_args(argv)
     try:
         wiki_path = resolve(args.pretrain_corpus_path, '--pretrain_corpus_path')
         eval_path = resolve(args.eval_corpus_path, '--eval_corpus_path')
+        eval_lines = run.read_lines(eval_path, '--eval_corpus_path')
         vocab = run.read_corpus(wiki_path)
         settings = SimpleNamespace(preset=args.preset, plain=False, dropout=None,
                                    variant=args.variant, bottleneck_dim=args.bottleneck_dim)
@@ -67,16 +80,19 @@ def main(argv=None):
     except UsageError as e:
         print(f'error: {e}', file=sys.stderr)
         sys.exit(2)
-    found = probes(vocab.data, open(eval_path, encoding='utf-8').readlines())
+    found = probes(vocab.data, eval_lines)
     recalled = 0
-    for length in sorted({len(place) for _, place in found}):
-        # one batch per place length: each line is continued by exactly its place's length
-        group = [(before, place) for before, place in found if len(place) == length]
-        prompts = [[vocab.stoi[c] for c in before] for before, _ in group]
-        for out, (before, place) in zip(greedy_complete(gpt, prompts, length), group):
-            recalled += ''.join(vocab.itos[int(i)] for i in out[len(before):]) == place
-    print(f'recalled {recalled} of {len(found)} places from their wiki lines '
-          f'({100 * recalled / max(1, len(found)):.1f}%)')
+    # one batch per continuation length: a line prompt is continued by exactly its place's length
+    lengths = [len(place) if args.prompt == 'line' else CONTINUE for _, _, place in found]
+    for length in sorted(set(lengths)):
+        group = [f for f, n in zip(found, lengths) if n == length]
+        prompts = [[vocab.stoi[c] for c in prompt_of(args.prompt, name, before)]
+                   for name, before, _ in group]
+        for out, prompt, (_, _, place) in zip(greedy_complete(gpt, prompts, length), prompts, group):
+            text = ''.join(vocab.itos[int(i)] for i in out[len(prompt):])
+            recalled += text == place if args.prompt == 'line' else place in text
+    print(f'recalled {recalled} of {len(found)} places ({100 * recalled / max(1, len(found)):.1f}%), '
+          f'prompt: {args.prompt}')
 
 
 if __name__ == '__main__':

@@ -187,7 +187,7 @@ def plot(curves, path):
     img.save(path)
 
 
-def report(out, timings, flags, preset, models=MODELS):
+def report(out, timings, flags, preset, models=MODELS, out_arg=None):
     rows = []
     for name in ['london', *MODELS]:
         acc = dev_accuracy(out, name)
@@ -199,6 +199,7 @@ def report(out, timings, flags, preset, models=MODELS):
                 date=time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime()), models=rows)
     info['command'] = ' '.join(['python scripts/run_all.py', '--preset', preset]
                                + (['--models', *models] if list(models) != list(MODELS) else [])
+                               + (['--out', out_arg] if out_arg else [])
                                + (['--', *flags] if flags else []))
     with open(os.path.join(out, 'report.json'), 'w', encoding='utf-8') as f:
         json.dump(info, f, indent=2)
@@ -255,7 +256,7 @@ def main():
                 timings.setdefault(name, {})[step] = seconds
                 with open(timing_file, 'w', encoding='utf-8') as f:
                     json.dump(timings, f, indent=2)
-    report(out, timings, flags, args.preset, args.models)
+    report(out, timings, flags, args.preset, args.models, args.out)
 
 
 if __name__ == '__main__':

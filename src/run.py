@@ -238,6 +238,16 @@ def read_corpus(corpus_path):
         raise UsageError(f'pretrain_corpus_path {corpus_path}{line}: {e}')
 
 
+def read_lines(path, flag):
+    """The lines of a text file given by `flag`, line ends kept as they are; a file that is not
+    UTF-8 is an error naming it."""
+    try:
+        with open(path, encoding='utf-8', newline='') as f:
+            return list(f)
+    except UnicodeDecodeError as e:
+        raise UsageError(f'{flag} {path}: not UTF-8 text ({e.reason} at byte {e.start})')
+
+
 def read_questions(path, stoi, strict):
     """The handout's prompts: each line's text before the tab (for an input file without gold
     places that keeps the line's '\\n', which the handout feeds to the model too), + ⁇.
@@ -248,11 +258,7 @@ def read_questions(path, stoi, strict):
     None and it gets an empty prediction, so the predictions file still has one line per input
     line. Characters outside the pretraining vocabulary are dropped with a warning naming the
     line (the handout would stop with a KeyError), or are an error with `strict`."""
-    try:
-        with open(path, encoding='utf-8', newline='') as f:
-            lines = list(f)
-    except UnicodeDecodeError as e:
-        raise UsageError(f'--eval_corpus_path {path}: not UTF-8 text ({e.reason} at byte {e.start})')
+    lines = read_lines(path, '--eval_corpus_path')
     if not any(line.strip() for line in lines):
         raise UsageError(f'--eval_corpus_path {path} has no questions (the file is empty)')
     prompts = []

@@ -55,8 +55,8 @@ def test_report_from_outputs(finished_run):
     assert dev['synthesizer'] is None  # not run: no predictions file
     md = (finished_run / 'report.md').read_text()
     assert '| vanilla | 12.0% (60/500) | 20.2% |' in md
-    assert report['command'] == 'python scripts/run_all.py --preset handout'
-    assert '- command: `python scripts/run_all.py --preset handout`' in md
+    assert report['command'] == f'python scripts/run_all.py --preset handout --out {finished_run}'
+    assert f'- command: `python scripts/run_all.py --preset handout --out {finished_run}`' in md
     png = (finished_run / 'loss_curves.png').read_bytes()
     assert png[:8] == b'\x89PNG\r\n\x1a\n'
 
@@ -79,5 +79,6 @@ def test_the_report_names_the_command_that_ran(finished_run):
                     '--preset', 'cpu-45min', '--models', 'vanilla', '--out', str(finished_run),
                     '--', '--seed', '3'], check=True, capture_output=True)
     report = json.loads((finished_run / 'report.json').read_text())
-    assert report['command'] == 'python scripts/run_all.py --preset cpu-45min --models vanilla -- --seed 3'
+    assert report['command'] == ('python scripts/run_all.py --preset cpu-45min --models vanilla '
+                                 f'--out {finished_run} -- --seed 3')
     assert report['seed'] == 3

@@ -71,7 +71,7 @@ def main(argv=None):
     try:
         wiki_path = resolve(args.pretrain_corpus_path, '--pretrain_corpus_path')
         eval_path = resolve(args.eval_corpus_path, '--eval_corpus_path')
-        eval_lines = run.read_lines(eval_path, '--eval_corpus_path')
+        eval_lines = run.read_text(eval_path, '--eval_corpus_path', lines=True)
         vocab = run.read_corpus(wiki_path)
         settings = SimpleNamespace(preset=args.preset, plain=False, dropout=None,
                                    variant=args.variant, bottleneck_dim=args.bottleneck_dim)

@@ -224,10 +224,7 @@ def read_corpus(corpus_path):
     """The pretraining corpus's CharCorruptionDataset (which also gives every stage its
     vocabulary); a file that is not UTF-8, is empty or holds a reserved character is an error
     naming it."""
-    try:
-        text = open(corpus_path, encoding='utf-8').read()
-    except UnicodeDecodeError as e:
-        raise UsageError(f'pretrain_corpus_path {corpus_path}: not UTF-8 text ({e.reason} at byte {e.start})')
+    text = read_text(corpus_path, 'pretrain_corpus_path')
     if not text.strip():
         raise UsageError(f'pretrain_corpus_path {corpus_path} is empty')
     try:
@@ -238,12 +235,12 @@ def read_corpus(corpus_path):
         raise UsageError(f'pretrain_corpus_path {corpus_path}{line}: {e}')
 
 
-def read_lines(path, flag):
-    """The lines of a text file given by `flag`, line ends kept as they are; a file that is not
-    UTF-8 is an error naming it."""
+def read_text(path, flag, lines=False):
+    """The text of the file given by `flag` (lines=True: its lines, line ends kept as they are);
+    a file that is not UTF-8 is an error naming it."""
     try:
-        with open(path, encoding='utf-8', newline='') as f:
-            return list(f)
+        with open(path, encoding='utf-8', newline='' if lines else None) as f:
+            return list(f) if lines else f.read()
     except UnicodeDecodeError as e:
         raise UsageError(f'{flag} {path}: not UTF-8 text ({e.reason} at byte {e.start})')
 
@@ -258,7 +255,7 @@ def read_questions(path, stoi, strict):
     None and it gets an empty prediction, so the predictions file still has one line per input
     line. Characters outside the pretraining vocabulary are dropped with a warning naming the
     line (the handout would stop with a KeyError), or are an error with `strict`."""
-    lines = read_lines(path, '--eval_corpus_path')
+    lines = read_text(path, '--eval_corpus_path', lines=True)
     if not any(line.strip() for line in lines):
         raise UsageError(f'--eval_corpus_path {path} has no questions (the file is empty)')
     prompts = []
@@ -362,10 +359,7 @@ def run(args):
     # read and check the other inputs before building anything (none of this draws random numbers,
     # so the model's initialisation is the handout's)
     if args.function == 'finetune':
-        try:
-            tsv = open(finetune_path, encoding='utf-8').read()
-        except UnicodeDecodeError as e:
-            raise UsageError(f'--finetune_corpus_path {finetune_path}: not UTF-8 text ({e.reason})')
+        tsv = read_text(finetune_path, '--finetune_corpus_path')
         try:
             finetune_dataset = dataset.NameDataset(pretrain_dataset, tsv)
         except UsageError as e:

@@ -155,6 +155,8 @@ BAD_INPUT = {
                              'train_tabs.tsv'] + FT, ['train_tabs.tsv', 'line 3', '2 tabs']),
     'finetune-empty': (['finetune', 'vanilla', 'corpus.txt', '--finetune_corpus_path',
                         'blank.txt'] + FT, ['blank.txt', 'no examples']),
+    'finetune-not-utf8': (['finetune', 'vanilla', 'corpus.txt', '--finetune_corpus_path',
+                           'latin1.txt'] + FT, ['--finetune_corpus_path', 'latin1.txt', 'UTF-8', 'at byte']),
     # evaluation TSV
     'eval-missing': (['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path', 'vanilla.params',
                       '--eval_corpus_path', 'no.tsv'] + EV, ['--eval_corpus_path', 'no.tsv', 'not found']),
@@ -169,6 +171,8 @@ BAD_INPUT = {
                         ['dev_tabs.tsv', 'line 2', '2 tabs']),
     'eval-empty': (['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path', 'vanilla.params',
                     '--eval_corpus_path', 'empty.txt'] + EV, ['empty.txt', 'empty']),
+    'eval-not-utf8': (['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path', 'vanilla.params',
+                       '--eval_corpus_path', 'latin1.txt'] + EV, ['--eval_corpus_path', 'latin1.txt', 'UTF-8']),
     'eval-unknown-char-strict': (['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path',
                                   'vanilla.params', '--eval_corpus_path', 'dev_unknown.tsv',
                                   '--strict'] + EV, ['dev_unknown.tsv', 'line 3', "'é'", 'vocabulary']),

@@ -12,6 +12,13 @@ Training: tokens/s as the handout counts them (batch x 127 per step, padding inc
          CUDA).
 Evaluation: the 500 dev questions, the handout's one-question `utils.sample` loop vs
 decode.greedy_complete, with a check that the predictions are identical.
+
+Model FLOP utilisation (MFU): the FLOPs that training must do, over the time a step took, over the
+device's peak for the path's precision (fp32 for plain, the fast path's own). The FLOPs are the
+forward and backward matrix products of each example computed up to its last non-PAD target, the
+least any path computes for the handout's loss (padding is not counted as work), counted by
+torch.utils.flop_counter on the plain model. Peaks of known GPUs are built in (dense, no sparsity);
+for other devices give --peak_tflops.
 """
 import argparse
 import math
@@ -22,6 +29,7 @@ import time
 
 import torch
 from torch.utils.data import DataLoader, Subset
+from torch.utils.flop_counter import FlopCounterMode
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, 'src'))
@@ -79,12 +87,12 @@ def worker_startup(data, batch):
     return time.perf_counter() - start
 
 
-def fast_steps(gpt, data, batch, steps, device, variant):
+def fast_steps(gpt, data, batch, steps, device, compile_model):
     """trainer.Trainer on `steps` batches (after a warm-up run); returns seconds per step."""
     precision = 'bf16' if bf16_supported(device) else 'fp32'
     conf = dict(max_epochs=1, batch_size=batch, learning_rate=6e-4, lr_decay=True,
                 warmup_tokens=10240, final_tokens=1e9, device=device, precision=precision,
-                log_every=1 if device == 'cpu' else 25)
+                compile=compile_model, log_every=1 if device == 'cpu' else 25)
     trainer.Trainer(gpt, Subset(data, range(batch)), None, trainer.TrainerConfig(**conf)).train()
     sync(device)
     start = time.perf_counter()
@@ -94,11 +102,49 @@ def fast_steps(gpt, data, batch, steps, device, variant):
     return (time.perf_counter() - start) / steps, precision
 
 
-def computed_share(data, rows=2000):
-    """The share of a padded row's 127 positions that the fast CPU path computes (the positions
-    up to its last non-PAD target, see model.GPT.packed_loss), over `rows` examples."""
+def needed_lengths(data, rows=2000):
+    """How many positions of each of `rows` examples can change the loss (up to the last non-PAD
+    target, see model.GPT.packed_loss): a list of lengths, each at most 127."""
     targets = torch.stack([data[i % len(data)][1] for i in range(rows)])
-    return int(kept_lengths(targets).sum()) / targets.numel()
+    return kept_lengths(targets).tolist()
+
+
+def flops_per_example(variant, vocab, lengths):
+    """Mean FLOPs of training on one example (forward + backward) computed over `lengths`
+    positions, counted once per distinct length on the plain fp32 model."""
+    gpt = build(variant, vocab, False)
+    counts = {}
+    for n in sorted(set(lengths)):
+        x = torch.ones(1, n, dtype=torch.long)
+        with FlopCounterMode(display=False) as counter:
+            gpt(x, x)[1].backward()
+        counts[n] = counter.get_total_flops()
+    return sum(counts[n] for n in lengths) / len(lengths)
+
+
+# Dense peak TFLOP/s (fp32 without tensor cores, bf16 tensor cores) from NVIDIA's data sheets,
+# matched against torch.cuda.get_device_name().
+PEAK_TFLOPS = (('H100 PCIe', {'fp32': 51.2, 'bf16': 756.0}),
+               ('H100 NVL', {'fp32': 60.0, 'bf16': 835.0}),
+               ('H100', {'fp32': 66.9, 'bf16': 989.4}),  # SXM (80GB HBM3)
+               ('H200', {'fp32': 66.9, 'bf16': 989.4}),
+               ('A100', {'fp32': 19.5, 'bf16': 312.0}))
+
+
+def peak_tflops(device, given):
+    """{'fp32': ..., 'bf16': ...} for the device, or {} when unknown (then no MFU column)."""
+    if given:
+        return dict(zip(('fp32', 'bf16'), given))
+    if device == 'cuda':
+        name = torch.cuda.get_device_name()
+        return next((peaks for key, peaks in PEAK_TFLOPS if key in name), {})
+    return {}
+
+
+def mfu(flops, seconds, precision, peaks):
+    if precision not in peaks:
+        return '—'
+    return f'{flops / seconds / 1e12:,.1f} TFLOP/s, {flops / seconds / 1e12 / peaks[precision]:.1%}'
 
 
 def evaluation(gpt, vocab, device, limit):
@@ -143,6 +189,10 @@ def main():
     ap.add_argument('--steps', type=int, default=3, help='timed steps per training measurement')
     ap.add_argument('--variants', nargs='+', default=['vanilla', 'synthesizer', 'perceiver'])
     ap.add_argument('--eval_questions', type=int, default=500)
+    ap.add_argument('--compile', action='store_true', help='torch.compile the fast path (GPU)')
+    ap.add_argument('--peak_tflops', type=float, nargs=2, metavar=('FP32', 'BF16'),
+                    help='the device\'s dense peak TFLOP/s, for the MFU column (built in for '
+                         'known GPUs)')
     ap.add_argument('--out', default=os.path.join(REPO, 'results', 'benchmarks.md'))
     args = ap.parse_args()
     utils.set_seed(0)
@@ -151,27 +201,31 @@ def main():
                                          presets.BLOCK_SIZE)
     names = dataset.NameDataset(wiki, open(resolve('birth_places_train.tsv', 'tsv'), encoding='utf-8').read())
     rows = []
-    shares = {stage: computed_share(data) for stage, data in (('pretrain', wiki), ('finetune', names))}
+    peaks = peak_tflops(args.device, args.peak_tflops)
+    lengths = {stage: needed_lengths(data) for stage, data in (('pretrain', wiki), ('finetune', names))}
+    shares = {stage: sum(n) / (len(n) * (presets.BLOCK_SIZE - 1)) for stage, n in lengths.items()}
     for stage, data, batch, variants in (('pretrain', wiki, 128, args.variants),
                                          ('finetune', names, 256, ['vanilla'])):
         startup = worker_startup(data, batch)
         per_epoch = math.ceil(len(data) / batch)
         for variant in variants:
+            flops = batch * flops_per_example(variant, wiki.vocab_size, lengths[stage])
             utils.set_seed(0)
             t_plain = plain_steps(build(variant, wiki.vocab_size, False), data, batch, args.steps,
                                   args.device) + startup / per_epoch
             utils.set_seed(0)
             t_fast, precision = fast_steps(build(variant, wiki.vocab_size, True), data, batch,
-                                           args.steps, args.device, variant)
+                                           args.steps, args.device, args.compile)
             tokens = batch * (presets.BLOCK_SIZE - 1)
             rows.append((f'{stage} {variant}', f'{tokens / t_plain:,.0f} tok/s',
-                         f'{tokens / t_fast:,.0f} tok/s ({precision})', f'{t_plain / t_fast:.2f}x'))
+                         f'{tokens / t_fast:,.0f} tok/s ({precision})', f'{t_plain / t_fast:.2f}x',
+                         mfu(flops, t_plain, 'fp32', peaks), mfu(flops, t_fast, precision, peaks)))
             print(rows[-1], flush=True)
     utils.set_seed(0)
     gpt = build('vanilla', wiki.vocab_size, True)
     t_plain, t_fast, same, n = evaluation(gpt, wiki, args.device, args.eval_questions)
     rows.append((f'evaluate vanilla, {n} dev questions', f'{t_plain:.1f} s', f'{t_fast:.2f} s',
-                 f'{t_plain / t_fast:.1f}x (predictions identical: {same})'))
+                 f'{t_plain / t_fast:.1f}x (predictions identical: {same})', '', ''))
     print(rows[-1], flush=True)
 
     cmd = 'python scripts/benchmark.py ' + ' '.join(sys.argv[1:])
@@ -184,9 +238,14 @@ def main():
              'row), as a share of the padded rows the plain path computes: '
              + ', '.join(f'{k} {v:.0%}' for k, v in shares.items()),
              '- evaluation: randomly initialised model (no early stopping helps: every question runs '
-             'all 32 steps unless it emits two ⁇)', '',
-             '| measurement | plain (handout) | fast (this code) | ratio |', '|---|---|---|---|']
-    lines += [f'| {a} | {b} | {c} | {d} |' for a, b, c, d in rows]
+             'all 32 steps unless it emits two ⁇)',
+             '- MFU: FLOPs of the positions that can change the loss (forward + backward, counted by '
+             'torch.utils.flop_counter), per second, over the dense peak of the path\'s precision: '
+             + (', '.join(f'{k} {v:g} TFLOP/s' for k, v in peaks.items()) or
+                'not known for this device (give --peak_tflops)'), '',
+             '| measurement | plain (handout) | fast (this code) | ratio | MFU plain | MFU fast |',
+             '|---|---|---|---|---|---|']
+    lines += ['| ' + ' | '.join(row) + ' |' for row in rows]
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, 'w', encoding='utf-8') as f:
         f.write('\n'.join(lines) + '\n')

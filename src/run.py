@@ -15,6 +15,7 @@ import sys
 import tempfile
 
 import torch
+from torch.utils.data import ConcatDataset
 
 import dataset
 import model
@@ -366,6 +367,10 @@ def run(args):
             raise UsageError(f'--finetune_corpus_path {finetune_path}: {e}')
         if len(finetune_dataset) == 0:
             raise UsageError(f'--finetune_corpus_path {finetune_path} has no examples')
+        lead = presets.rehearsal_lead(args.preset)
+        if lead is not None and args.reading_params_path is not None:
+            finetune_dataset = ConcatDataset([finetune_dataset, dataset.LeadInDataset(
+                pretrain_dataset, lead, pretrain_dataset.stoi)])
     elif args.function == 'evaluate':
         prompts = read_questions(eval_path, pretrain_dataset.stoi, args.strict)
 

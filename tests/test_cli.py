@@ -228,6 +228,13 @@ def test_a_preset_with_its_own_model_needs_the_preset_to_load(tmp_path):
     assert not (tmp_path / 'dev.predictions').exists()
     ok(cli(evaluate + ['--preset', 'cpu-45min'], tmp_path))
     assert len((tmp_path / 'dev.predictions').read_text(encoding='utf-8').splitlines()) == len(DEV)
+    # its finetuning also rehearses the corpus (dataset.LeadInDataset): the 16 questions and the
+    # corpus's 34 lines ('\n'-split, the last one empty) are 50 examples, 7 steps of 8
+    proc = ok(cli(['finetune', 'vanilla', 'corpus.txt', '--reading_params_path', 'pt.params',
+                   '--writing_params_path', 'ft.params', '--finetune_corpus_path', 'train.tsv',
+                   '--preset', 'cpu-45min'] + FAST, tmp_path))
+    assert len(CORPUS.split('\n')) == 34
+    assert 'epoch 1 iter 6' in proc.stderr and 'epoch 1 iter 7' not in proc.stderr
 
 
 # ---- London baseline ------------------------------------------------------------------------------

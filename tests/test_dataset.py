@@ -269,6 +269,23 @@ def test_name_dataset_handout_examples():
     assert decode(ds, y) == (PAD * 33 + '⁇Columbus⁇').ljust(127, PAD)
 
 
+def test_lead_in_dataset_puts_the_lead_before_each_example_and_does_not_learn_it():
+    """LeadInDataset (the CPU recipe's rehearsal): the same corrupted example, the lead before it
+    as input, PAD targets for the lead, and the example's own pairs (x_i -> y_i) after it."""
+    pre = dataset.CharCorruptionDataset(NAME_CORPUS, 128)
+    led = dataset.LeadInDataset(pre, 'Where was ', pre.stoi)
+    assert len(led) == len(pre)
+    for i in range(len(pre)):
+        random.seed(i)
+        x, y = pre[i]
+        random.seed(i)
+        lx, ly = led[i]
+        assert lx.shape == ly.shape == (127,) and lx.dtype == ly.dtype == torch.long
+        assert decode(pre, lx) == ('Where was ' + decode(pre, x))[:127]
+        assert decode(pre, ly) == (PAD * 10 + decode(pre, y))[:127]
+        assert (ly[:10] == pre.stoi[PAD]).all()
+
+
 # ---- python src/dataset.py ---------------------------------------------------------------------
 
 def run_dataset_script(kind):

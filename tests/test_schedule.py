@@ -258,3 +258,4 @@ def test_the_handout_preset_is_the_handouts_run_py():
         assert set(preset) == set(handout), name
         assert all(set(preset[s]) == set(handout[s]) for s in presets.HANDOUT), name
     assert presets.PRESETS['cpu-45min']['finetune_pretrained'] == handout['finetune_pretrained']
+    assert presets.rehearsal_lead('handout') is None  # the handout finetunes on the questions alone

@@ -152,16 +152,17 @@ class CharCorruptionDataset(Dataset):
 
 
 class LeadInDataset(Dataset):
-    """The examples of another dataset with `lead` written before each: the lead's characters as
-    inputs, PAD as their targets (the loss ignores them), the example cut back to its length.
+    """The examples of the pretraining dataset with `lead` written before each: the lead's
+    characters as inputs, PAD as their targets (the loss ignores them), the example cut back to
+    its length.
     Not the handout's: the CPU recipe (presets.py) finetunes on the pretraining corpus led by the
     question's opening "Where was " beside the questions. Its pretraining puts every name at
     position 0, where its facts are stored; this shows the model the same lines with the name
     where the question puts it."""
-    def __init__(self, examples, lead, stoi):
-        self.examples = examples
-        self.lead = torch.tensor([stoi[c] for c in lead], dtype=torch.long)
-        self.lead_targets = torch.full_like(self.lead, stoi[PAD_CHAR])
+    def __init__(self, pretraining_dataset, lead):
+        self.examples = pretraining_dataset
+        self.lead = torch.tensor([pretraining_dataset.stoi[c] for c in lead], dtype=torch.long)
+        self.lead_targets = torch.full_like(self.lead, pretraining_dataset.stoi[PAD_CHAR])
 
     def __len__(self):
         return len(self.examples)

@@ -367,10 +367,11 @@ def run(args):
             raise UsageError(f'--finetune_corpus_path {finetune_path}: {e}')
         if len(finetune_dataset) == 0:
             raise UsageError(f'--finetune_corpus_path {finetune_path} has no examples')
+        stage = 'finetune_pretrained' if args.reading_params_path is not None else 'finetune_scratch'
         lead = presets.rehearsal_lead(args.preset)
-        if lead is not None and args.reading_params_path is not None:
-            finetune_dataset = ConcatDataset([finetune_dataset, dataset.LeadInDataset(
-                pretrain_dataset, lead, pretrain_dataset.stoi)])
+        if lead is not None and stage == 'finetune_pretrained':
+            finetune_dataset = ConcatDataset([finetune_dataset,
+                                              dataset.LeadInDataset(pretrain_dataset, lead)])
     elif args.function == 'evaluate':
         prompts = read_questions(eval_path, pretrain_dataset.stoi, args.strict)
 
@@ -388,7 +389,6 @@ def run(args):
             train(gpt, pretrain_dataset, args, 'pretrain', len(pretrain_dataset), args.pretrain_lr,
                   device, writer, args.writing_params_path)
         elif args.function == 'finetune':
-            stage = 'finetune_pretrained' if args.reading_params_path is not None else 'finetune_scratch'
             train(gpt, finetune_dataset, args, stage, len(pretrain_dataset), args.finetune_lr,
                   device, writer, args.writing_params_path)
         elif RANK == 0:

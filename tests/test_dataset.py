@@ -273,7 +273,7 @@ def test_lead_in_dataset_puts_the_lead_before_each_example_and_does_not_learn_it
     """LeadInDataset (the CPU recipe's rehearsal): the same corrupted example, the lead before it
     as input, PAD targets for the lead, and the example's own pairs (x_i -> y_i) after it."""
     pre = dataset.CharCorruptionDataset(NAME_CORPUS, 128)
-    led = dataset.LeadInDataset(pre, 'Where was ', pre.stoi)
+    led = dataset.LeadInDataset(pre, 'Where was ')
     assert len(led) == len(pre)
     for i in range(len(pre)):
         random.seed(i)

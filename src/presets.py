@@ -60,7 +60,7 @@ PRESETS = {
     # Params files of this preset only load with --preset cpu-45min.
     'cpu-45min': _preset(
         model=dict(n_head=4, n_embd=128, embd_pdrop=0.0, resid_pdrop=0.0, attn_pdrop=0.0),
-        pretrain=dict(max_epochs=165, batch_size=32, learning_rate=1.5e-3,
+        pretrain=dict(max_epochs=165, batch_size=32, learning_rate=1.5e-3, weight_decay=0.0,
                       final_tokens_per_example=165 * (BLOCK_SIZE - 1)),
         rehearsal_lead='Where was ',
     ),

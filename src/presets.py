@@ -14,28 +14,32 @@ BOTTLENECK_DIM = 32  # --bottleneck_dim default; the perceiver handout's command
 HANDOUT = {
     # python src/run.py pretrain ...
     'pretrain': dict(max_epochs=650, batch_size=128, learning_rate=6e-3, lr_decay=True,
-                     warmup_tokens=512 * 20, final_tokens_per_example=200 * BLOCK_SIZE,
-                     num_workers=4),
+                     weight_decay=0.1, warmup_tokens=512 * 20,
+                     final_tokens_per_example=200 * BLOCK_SIZE, num_workers=4),
     # python src/run.py finetune ... (no --reading_params_path: trained from scratch)
     'finetune_scratch': dict(max_epochs=75, batch_size=256, learning_rate=6e-4, lr_decay=True,
-                             warmup_tokens=512 * 20, final_tokens_per_example=200 * BLOCK_SIZE,
-                             num_workers=4),
+                             weight_decay=0.1, warmup_tokens=512 * 20,
+                             final_tokens_per_example=200 * BLOCK_SIZE, num_workers=4),
     # python src/run.py finetune ... --reading_params_path X (after pretraining)
     'finetune_pretrained': dict(max_epochs=10, batch_size=256, learning_rate=6e-4, lr_decay=True,
-                                warmup_tokens=512 * 20, final_tokens_per_example=200 * BLOCK_SIZE,
-                                num_workers=4),
+                                weight_decay=0.1, warmup_tokens=512 * 20,
+                                final_tokens_per_example=200 * BLOCK_SIZE, num_workers=4),
 }
+# weight_decay is minGPT's TrainerConfig default (on matmul weights), which run.py keeps.
 # final_tokens is 200 * len(pretrain_dataset) * block_size in every handout stage (the
 # pretraining corpus's length, even when finetuning), hence "per example" of that corpus.
 
 
-def _preset(model=None, rehearsal_lead=None, **stage_changes):
+def _preset(model=None, rehearsal_lead=None, pretrain_lead=None, **stage_changes):
     """The handout's model and stages, with some values replaced. rehearsal_lead: finetuning
     after pretraining also trains on the pretraining corpus, each example led by this text
-    (dataset.LeadInDataset); None (the handout) finetunes on the questions alone."""
+    (dataset.LeadInDataset); None (the handout) finetunes on the questions alone.
+    pretrain_lead: (text, fraction): that fraction of the pretraining examples, drawn at random,
+    is led by the text; None (the handout): none is."""
     preset = {stage: {**values, **stage_changes.get(stage, {})} for stage, values in HANDOUT.items()}
     preset['model'] = {**MODEL, **(model or {})}
     preset['rehearsal_lead'] = rehearsal_lead
+    preset['pretrain_lead'] = pretrain_lead
     return preset
 
 
@@ -60,9 +64,10 @@ PRESETS = {
     # Params files of this preset only load with --preset cpu-45min.
     'cpu-45min': _preset(
         model=dict(n_head=4, n_embd=128, embd_pdrop=0.0, resid_pdrop=0.0, attn_pdrop=0.0),
-        pretrain=dict(max_epochs=165, batch_size=32, learning_rate=1.5e-3, weight_decay=0.0,
+        pretrain=dict(max_epochs=165, batch_size=32, learning_rate=1.5e-3,
                       final_tokens_per_example=165 * (BLOCK_SIZE - 1)),
         rehearsal_lead='Where was ',
+        pretrain_lead=('Where was ', 0.25),
     ),
 }
 
@@ -75,6 +80,11 @@ def stage_values(preset, stage):
 def rehearsal_lead(preset):
     """The lead-in of the pretraining corpus rehearsed while finetuning pretrained params, or None."""
     return PRESETS[preset]['rehearsal_lead']
+
+
+def pretrain_lead(preset):
+    """(lead-in, fraction of the pretraining examples it leads), or None."""
+    return PRESETS[preset]['pretrain_lead']
 
 
 def model_values(preset):

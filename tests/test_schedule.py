@@ -247,8 +247,8 @@ def test_the_handout_preset_is_the_handouts_run_py():
     conf = model.GPTConfig(256, presets.BLOCK_SIZE, **presets.model_values('handout'))
     assert (conf.embd_pdrop, conf.resid_pdrop, conf.attn_pdrop) == (0.1, 0.1, 0.1)
     assert presets.BLOCK_SIZE == 128 and presets.BOTTLENECK_DIM == 32
-    common = dict(lr_decay=True, warmup_tokens=512 * 20, final_tokens_per_example=200 * 128,
-                  num_workers=4)
+    common = dict(lr_decay=True, weight_decay=0.1, warmup_tokens=512 * 20,
+                  final_tokens_per_example=200 * 128, num_workers=4)
     assert handout['pretrain'] == dict(max_epochs=650, batch_size=128, learning_rate=6e-3, **common)
     assert handout['finetune_scratch'] == dict(max_epochs=75, batch_size=256, learning_rate=6e-4, **common)
     assert handout['finetune_pretrained'] == dict(max_epochs=10, batch_size=256, learning_rate=6e-4,

@@ -159,19 +159,16 @@ class LeadInDataset(Dataset):
     question's opening "Where was " beside the questions. Its pretraining puts every name at
     position 0, where its facts are stored; this shows the model the same lines with the name
     where the question puts it."""
-    def __init__(self, pretraining_dataset, lead, fraction=1.0):
+    def __init__(self, pretraining_dataset, lead):
         self.examples = pretraining_dataset
         self.lead = torch.tensor([pretraining_dataset.stoi[c] for c in lead], dtype=torch.long)
         self.lead_targets = torch.full_like(self.lead, pretraining_dataset.stoi[PAD_CHAR])
-        self.fraction = fraction  # < 1: each example is led with this probability
 
     def __len__(self):
         return len(self.examples)
 
     def __getitem__(self, idx):
         x, y = self.examples[idx]
-        if self.fraction < 1 and random.random() >= self.fraction:
-            return x, y
         x = torch.cat([self.lead, x])[:len(x)]
         y = torch.cat([self.lead_targets, y])[:len(y)]
         return x, y

@@ -30,16 +30,13 @@ HANDOUT = {
 # pretraining corpus's length, even when finetuning), hence "per example" of that corpus.
 
 
-def _preset(model=None, rehearsal_lead=None, pretrain_lead=None, **stage_changes):
+def _preset(model=None, rehearsal_lead=None, **stage_changes):
     """The handout's model and stages, with some values replaced. rehearsal_lead: finetuning
     after pretraining also trains on the pretraining corpus, each example led by this text
-    (dataset.LeadInDataset); None (the handout) finetunes on the questions alone.
-    pretrain_lead: (text, fraction): that fraction of the pretraining examples, drawn at random,
-    is led by the text; None (the handout): none is."""
+    (dataset.LeadInDataset); None (the handout) finetunes on the questions alone."""
     preset = {stage: {**values, **stage_changes.get(stage, {})} for stage, values in HANDOUT.items()}
     preset['model'] = {**MODEL, **(model or {})}
     preset['rehearsal_lead'] = rehearsal_lead
-    preset['pretrain_lead'] = pretrain_lead
     return preset
 
 
@@ -57,9 +54,10 @@ PRESETS = {
     # handout's model: half as wide (128, 4 heads), no dropout, so that a CPU gets through many
     # epochs and the model memorises facts quickly; pretraining with batch 32 (4x the updates per
     # epoch), a learning rate of 1.5e-3 (3e-3 and 6e-3 memorise far less at this batch size), and
-    # its cosine schedule compressed to the run (it ends at the 10% floor). Finetuning is the handout's plus a rehearsal of the pretraining corpus led by
-    # "Where was " (dataset.LeadInDataset): this model stores a person's facts under the name at
-    # the start of a line, and the rehearsal teaches it to read them with the name where the
+    # its cosine schedule compressed to the run (it ends at the 10% floor). Finetuning is
+    # the handout's plus a rehearsal of the pretraining corpus led by "Where was "
+    # (dataset.LeadInDataset): this model stores a person's facts under the name at the start
+    # of a line, and the rehearsal teaches it to read them with the name where the
     # question puts it (4.4% -> 8.2% dev on the same pretrained params, results/cpu/).
     # Params files of this preset only load with --preset cpu-45min.
     'cpu-45min': _preset(
@@ -67,7 +65,6 @@ PRESETS = {
         pretrain=dict(max_epochs=165, batch_size=32, learning_rate=1.5e-3,
                       final_tokens_per_example=165 * (BLOCK_SIZE - 1)),
         rehearsal_lead='Where was ',
-        pretrain_lead=('Where was ', 0.25),
     ),
 }
 
@@ -80,11 +77,6 @@ def stage_values(preset, stage):
 def rehearsal_lead(preset):
     """The lead-in of the pretraining corpus rehearsed while finetuning pretrained params, or None."""
     return PRESETS[preset]['rehearsal_lead']
-
-
-def pretrain_lead(preset):
-    """(lead-in, fraction of the pretraining examples it leads), or None."""
-    return PRESETS[preset]['pretrain_lead']
 
 
 def model_values(preset):

@@ -54,11 +54,11 @@ PRESETS = {
     # handout's model: half as wide (128, 4 heads), no dropout, so that a CPU gets through many
     # epochs and the model memorises facts quickly; pretraining with batch 32 (4x the updates per
     # epoch), a learning rate of 1.5e-3 (3e-3 and 6e-3 memorise far less at this batch size), and
-    # its cosine schedule compressed to the run (it ends at the 10% floor). Finetuning is
-    # the handout's plus a rehearsal of the pretraining corpus led by "Where was "
-    # (dataset.LeadInDataset): this model stores a person's facts under the name at the start
-    # of a line, and the rehearsal teaches it to read them with the name where the
-    # question puts it (4.4% -> 8.2% dev on the same pretrained params, results/cpu/).
+    # its cosine schedule compressed to the run (it ends at the 10% floor). Finetuning is the
+    # handout's plus a rehearsal of the pretraining corpus led by "Where was "
+    # (dataset.LeadInDataset): this model stores a person's facts under the name at the start of
+    # a line, and the rehearsal teaches it to read them with the name where the question puts it
+    # (4.4% -> 8.2% dev on the same pretrained params, results/cpu/).
     # Params files of this preset only load with --preset cpu-45min.
     'cpu-45min': _preset(
         model=dict(n_head=4, n_embd=128, embd_pdrop=0.0, resid_pdrop=0.0, attn_pdrop=0.0),

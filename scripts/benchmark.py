@@ -189,7 +189,7 @@ def main():
     ap.add_argument('--steps', type=int, default=3, help='timed steps per training measurement')
     ap.add_argument('--variants', nargs='+', default=['vanilla', 'synthesizer', 'perceiver'])
     ap.add_argument('--eval_questions', type=int, default=500)
-    ap.add_argument('--compile', action='store_true', help='torch.compile the fast path (GPU)')
+    ap.add_argument('--compile', action='store_true', help='torch.compile the fast path')
     ap.add_argument('--peak_tflops', type=float, nargs=2, metavar=('FP32', 'BF16'),
                     help='the device\'s dense peak TFLOP/s, for the MFU column (built in for '
                          'known GPUs)')

@@ -24,6 +24,9 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN = os.path.join(REPO, 'src', 'run.py')
+sys.path.insert(0, os.path.join(REPO, 'src'))
+from presets import PRESETS  # noqa: E402
+from utils import OneLineParser  # noqa: E402
 
 # name -> (variant, extra flags, pretrain?)
 MODELS = {
@@ -94,7 +97,6 @@ def run_step(argv, out, log, run_flags):
 
 def dev_accuracy(out, name):
     """Recompute from the predictions file (also for skipped stages)."""
-    sys.path.insert(0, os.path.join(REPO, 'src'))
     from datafiles import resolve
     from utils import evaluate_places
     path = os.path.join(out, files_of(name)['dev']) if name != 'london' else None
@@ -223,8 +225,8 @@ def report(out, timings, flags, preset, models=MODELS, out_arg=None):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    ap.add_argument('--preset', default='handout')
+    ap = OneLineParser(prog='python scripts/run_all.py', description=__doc__.split('\n')[0])
+    ap.add_argument('--preset', default='handout', choices=sorted(PRESETS))
     ap.add_argument('--out', default=None, help='output folder (default runs/all-<preset>)')
     ap.add_argument('--models', nargs='+', choices=list(MODELS), default=list(MODELS))
     ap.add_argument('--force', action='store_true', help='rerun stages whose outputs exist')
@@ -242,7 +244,9 @@ def main():
 
     if not args.report_only:
         start = time.time()
-        subprocess.run([sys.executable, os.path.join(REPO, 'src', 'london_baseline.py')], check=True)
+        london = subprocess.run([sys.executable, os.path.join(REPO, 'src', 'london_baseline.py')])
+        if london.returncode != 0:  # it has said what is wrong (a missing data file) in one line
+            raise SystemExit(london.returncode)
         timings['london'] = {'evaluate-dev': time.time() - start}
         for name in args.models:
             for step, argv in commands(name):

@@ -9,7 +9,6 @@
 Every flag of both handout editions works as there, with the handout's values as defaults (see
 presets.py). Flags the handout does not have only change how fast or how long a run is.
 """
-import argparse
 import os
 import sys
 import tempfile
@@ -24,19 +23,14 @@ import trainer
 import utils
 from datafiles import resolve
 from decode import greedy_complete
-from utils import UsageError
+from utils import OneLineParser, UsageError
 
 FUNCTIONS = ('pretrain', 'finetune', 'evaluate')
 VARIANTS = ('vanilla', 'synthesizer', 'perceiver')
 
 
-class OneLineParser(argparse.ArgumentParser):
-    def error(self, message):
-        self.exit(2, f'error: {message} (see python src/run.py --help)\n')
-
-
 def parse_args(argv=None):
-    argp = OneLineParser(description=__doc__.split('\n')[0])
+    argp = OneLineParser(prog='python src/run.py', description=__doc__.split('\n')[0])
     argp.add_argument('function', choices=FUNCTIONS, help="Choose pretrain, finetune, or evaluate")
     argp.add_argument('variant', choices=VARIANTS, help="Choose vanilla, synthesizer or perceiver")
     argp.add_argument('pretrain_corpus_path', default=None)
@@ -60,7 +54,8 @@ def parse_args(argv=None):
     extra.add_argument('--precision', choices=('auto', 'fp32', 'bf16'), default='auto',
                        help='auto: bf16 autocast for training where the hardware has bf16 '
                             'arithmetic, fp32 otherwise; evaluation is fp32 unless bf16 is asked for')
-    extra.add_argument('--compile', action='store_true', help='torch.compile the model (GPU)')
+    extra.add_argument('--compile', action='store_true',
+                       help='torch.compile the model (GPU or CPU; the first steps compile)')
     extra.add_argument('--plain', '--plain_attention', action='store_true', dest='plain',
                        help='compute as the handout does (same results, slower): written-out '
                             'attention instead of scaled_dot_product_attention, and every padded '

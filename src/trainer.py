@@ -9,7 +9,7 @@ and cosine LR schedule, the same batches per epoch). What differs is only how fa
   This is exact: the model is causal, so no earlier position sees them, and their targets are
   PAD, which the loss ignores. The LR schedule still counts the full block of tokens per row, as
   the handout does;
-- optional bf16 autocast, fused AdamW and torch.compile on a GPU;
+- optional bf16 autocast, fused AdamW and torch.compile on a GPU (compile on a CPU too);
 - loss values are read back from the device in groups, not after every step.
 Beyond the handout: a resumable checkpoint (every N epochs and on Ctrl-C/SIGTERM) and
 DistributedDataParallel under torchrun, both reproducing the uninterrupted one-process run.
@@ -47,7 +47,7 @@ class TrainerConfig:
     # Not in the handout: how the steps are computed, not what they compute.
     device = 'cpu'  # 'cpu', 'cuda' or a torch.device
     precision = 'fp32'  # 'fp32' or 'bf16' (autocast)
-    compile = False  # torch.compile the model (GPU)
+    compile = False  # torch.compile the model
     pad_multiple = 8  # trimmed lengths are rounded up to this (fewer shapes for compile/kernels)
     log_every = 1  # read losses back every N steps (a GPU sync); tensorboard still gets every step
     resume_path = None  # where the resumable checkpoint (model, optimizer, schedule, RNG) goes
@@ -219,7 +219,9 @@ class Trainer:
             model = torch.nn.parallel.DistributedDataParallel(
                 model, device_ids=[device.index] if device.type == 'cuda' else None)
         if config.compile:
-            model = torch.compile(model)
+            # On a CPU, model.packed_loss packs each batch to its own number of positions: a
+            # graph for any size, or it would recompile for every new size.
+            model = torch.compile(model, dynamic=True if device.type == 'cpu' else None)
 
         optimizer = torch.optim.AdamW(optimizer_groups(raw_model, config.weight_decay),
                                       lr=config.learning_rate, betas=config.betas,

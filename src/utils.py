@@ -1,11 +1,18 @@
 """Small helpers shared by the scripts in src/: the handout's utils (set_seed, top_k_logits,
-sample, evaluate_places) plus the error type the CLI turns into one clear line, and atomic writes."""
+sample, evaluate_places) plus what makes bad input one clear error line (OneLineParser, UsageError), and atomic writes."""
+import argparse
 import os
 import random
 import tempfile
 
 import torch
 from torch.nn import functional as F
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose errors are one line, `error: <what> (see <prog> --help)`, exit status 2."""
+    def error(self, message):
+        self.exit(2, f'error: {message} (see {self.prog} --help)\n')
 
 
 class UsageError(Exception):

@@ -239,10 +239,9 @@ class LossLog:
             self.values.append(value)
 
 
-@pytest.mark.parametrize('name', VARIANTS)
-@pytest.mark.parametrize('precision,tolerance', [('fp32', 1e-4), ('bf16', 3e-2)])
-def test_fast_training_matches_the_plain_loop(data, name, precision, tolerance):
-    """Span-corruption pretraining, as run.py pretrain does it (a tiny model, dropout 0)."""
+def fast_and_plain(data, name, precision='fp32', compile=False):
+    """Span-corruption pretraining, as run.py pretrain does it (a tiny model, dropout 0), by
+    trainer.Trainer and by the plain loop: (fast losses, plain losses, fast model, plain model)."""
     pre, _ = data
     epochs, batch, lr = 2, 6, 3e-3
     # the batches the Trainer will draw: its generator is seeded from torch's seed; the
@@ -255,17 +254,37 @@ def test_fast_training_matches_the_plain_loop(data, name, precision, tolerance):
     fast = tiny(pre.vocab_size, VARIANTS[name], fast=True, dropout=0.0)
     log = LossLog()
     conf = trainer.TrainerConfig(max_epochs=epochs, batch_size=batch, learning_rate=lr,
-                                 precision=precision, writer=log)
+                                 precision=precision, compile=compile, writer=log)
     trainer.Trainer(fast, pre, None, conf).train()
 
     utils.set_seed(5)
     plain = tiny(pre.vocab_size, VARIANTS[name], fast=False, skip_padding=False, dropout=0.0)
     want = plain_losses(plain, pre, lr, batches)
-
     assert len(log.values) == len(want) == 6
-    rel = max(abs(a - b) / abs(b) for a, b in zip(log.values, want))
-    assert rel < tolerance, (log.values, want)
     assert want[-1] < want[0]  # it trained
-    if precision == 'fp32':  # and the parameters it ends with agree too
-        for (key, a), b in zip(plain.named_parameters(), fast.parameters()):
-            torch.testing.assert_close(b, a, atol=1e-4, rtol=1e-3, msg=key)
+    return log.values, want, fast, plain
+
+
+def assert_same_run(got, want, fast, plain, tolerance):
+    rel = max(abs(a - b) / abs(b) for a, b in zip(got, want))
+    assert rel < tolerance, (got, want)
+    for (key, a), b in zip(plain.named_parameters(), fast.parameters()):
+        torch.testing.assert_close(b, a, atol=1e-4, rtol=1e-3, msg=key)
+
+
+@pytest.mark.parametrize('name', VARIANTS)
+def test_fast_training_matches_the_plain_loop(data, name):
+    assert_same_run(*fast_and_plain(data, name), tolerance=1e-4)
+
+
+@pytest.mark.parametrize('name', VARIANTS)
+def test_bf16_training_stays_close_to_the_plain_loop(data, name):
+    got, want, _, _ = fast_and_plain(data, name, precision='bf16')
+    rel = max(abs(a - b) / abs(b) for a, b in zip(got, want))
+    assert rel < 3e-2, (got, want)
+
+
+def test_compiled_training_matches_the_plain_loop(data):
+    """torch.compile (--compile), here on the CPU: the packed batches of model.packed_loss have
+    a different number of positions each step, hence a dynamic-shape graph."""
+    assert_same_run(*fast_and_plain(data, 'vanilla', compile=True), tolerance=1e-4)

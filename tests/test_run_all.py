@@ -2,6 +2,7 @@
 stages, and the report built from predictions files and tensorboard logs."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -82,3 +83,26 @@ def test_the_report_names_the_command_that_ran(finished_run):
     assert report['command'] == ('python scripts/run_all.py --preset cpu-45min --models vanilla '
                                  f'--out {finished_run} -- --seed 3')
     assert report['seed'] == 3
+
+
+def test_an_unknown_preset_is_one_error_line(tmp_path):
+    out = tmp_path / 'out'
+    proc = subprocess.run([sys.executable, os.path.join(REPO, 'scripts', 'run_all.py'),
+                           '--preset', 'cpu-5min', '--out', str(out)], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.count('\n') == 1 and proc.stderr.startswith('error: argument --preset')
+    assert "'cpu-45min'" in proc.stderr  # the presets there are
+    assert not out.exists()
+
+
+def test_missing_data_is_one_error_line(tmp_path):
+    # a checkout without data/ (setup not run): the London baseline, run first, names the file
+    repo = tmp_path / 'repo'
+    shutil.copytree(os.path.join(REPO, 'src'), repo / 'src', ignore=shutil.ignore_patterns('__pycache__'))
+    shutil.copytree(os.path.join(REPO, 'scripts'), repo / 'scripts', ignore=shutil.ignore_patterns('__pycache__'))
+    proc = subprocess.run([sys.executable, str(repo / 'scripts' / 'run_all.py'), '--out', str(tmp_path / 'out')],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode != 0
+    assert proc.stderr.count('\n') == 1, proc.stderr
+    assert proc.stderr.startswith('error: eval corpus: file not found') and 'birth_dev.tsv' in proc.stderr
+    assert not (tmp_path / 'out' / 'timings.json').exists()

@@ -30,15 +30,13 @@ HANDOUT = {
 # pretraining corpus's length, even when finetuning), hence "per example" of that corpus.
 
 
-def _preset(model=None, rehearsal_lead=None, pretrain_lead=None, **stage_changes):
+def _preset(model=None, rehearsal_lead=None, **stage_changes):
     """The handout's model and stages, with some values replaced. rehearsal_lead: finetuning
     after pretraining also trains on the pretraining corpus, each example led by this text
-    (dataset.LeadInDataset); None (the handout) finetunes on the questions alone.
-    pretrain_lead: every pretraining example is led by this text; None (the handout): none is."""
+    (dataset.LeadInDataset); None (the handout) finetunes on the questions alone."""
     preset = {stage: {**values, **stage_changes.get(stage, {})} for stage, values in HANDOUT.items()}
     preset['model'] = {**MODEL, **(model or {})}
     preset['rehearsal_lead'] = rehearsal_lead
-    preset['pretrain_lead'] = pretrain_lead
     return preset
 
 
@@ -67,7 +65,6 @@ PRESETS = {
         pretrain=dict(max_epochs=165, batch_size=32, learning_rate=1.5e-3,
                       final_tokens_per_example=165 * (BLOCK_SIZE - 1)),
         rehearsal_lead='Where was ',
-        pretrain_lead='Where was ',
     ),
 }
 
@@ -80,11 +77,6 @@ def stage_values(preset, stage):
 def rehearsal_lead(preset):
     """The lead-in of the pretraining corpus rehearsed while finetuning pretrained params, or None."""
     return PRESETS[preset]['rehearsal_lead']
-
-
-def pretrain_lead(preset):
-    """The lead-in before every pretraining example, or None."""
-    return PRESETS[preset]['pretrain_lead']
 
 
 def model_values(preset):

@@ -351,9 +351,6 @@ def run(args):
     utils.set_seed(args.seed)
 
     pretrain_dataset = read_corpus(corpus_path)
-    pretrain_data = pretrain_dataset  # what pretraining trains on
-    if presets.pretrain_lead(args.preset) is not None:
-        pretrain_data = dataset.LeadInDataset(pretrain_dataset, presets.pretrain_lead(args.preset))
 
     # read and check the other inputs before building anything (none of this draws random numbers,
     # so the model's initialisation is the handout's)
@@ -384,7 +381,7 @@ def run(args):
         args.finetune_lr if args.finetune_lr is not None else presets.HANDOUT['finetune_scratch']['learning_rate']))
     try:
         if args.function == 'pretrain':
-            train(gpt, pretrain_data, args, 'pretrain', len(pretrain_dataset), args.pretrain_lr,
+            train(gpt, pretrain_dataset, args, 'pretrain', len(pretrain_dataset), args.pretrain_lr,
                   device, writer, args.writing_params_path)
         elif args.function == 'finetune':
             train(gpt, finetune_dataset, args, stage, len(pretrain_dataset), args.finetune_lr,

@@ -25,8 +25,9 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN = os.path.join(REPO, 'src', 'run.py')
 sys.path.insert(0, os.path.join(REPO, 'src'))
+from datafiles import resolve  # noqa: E402
 from presets import PRESETS  # noqa: E402
-from utils import OneLineParser  # noqa: E402
+from utils import OneLineParser, evaluate_places  # noqa: E402
 
 # name -> (variant, extra flags, pretrain?)
 MODELS = {
@@ -97,8 +98,6 @@ def run_step(argv, out, log, run_flags):
 
 def dev_accuracy(out, name):
     """Recompute from the predictions file (also for skipped stages)."""
-    from datafiles import resolve
-    from utils import evaluate_places
     path = os.path.join(out, files_of(name)['dev']) if name != 'london' else None
     dev = resolve('birth_dev.tsv', 'birth_dev.tsv')
     if name == 'london':

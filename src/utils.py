@@ -1,5 +1,6 @@
 """Small helpers shared by the scripts in src/: the handout's utils (set_seed, top_k_logits,
-sample, evaluate_places) plus what makes bad input one clear error line (OneLineParser, UsageError), and atomic writes."""
+sample, evaluate_places) plus what makes bad input one clear error line (OneLineParser,
+UsageError), and atomic writes."""
 import argparse
 import os
 import random

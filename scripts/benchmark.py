@@ -2,16 +2,19 @@
 
     python scripts/benchmark.py                      # CPU, writes results/benchmarks.md
     python scripts/benchmark.py --device cuda --out results/benchmarks-h100.md
+    python scripts/benchmark.py --compile ...       # a column for the fast path under torch.compile
 
-Training: tokens/s as the handout counts them (batch x 127 per step, padding included).
-  plain: fp32, the written-out attention math, full 127-column batches, a DataLoader with 4
-         workers created every epoch (its start-up is measured and spread over one epoch's steps),
-         a loss .item() every step;
+Training: tokens/s as the handout counts them (batch x 127 per step, padding included), the
+handout's model with its dropout of 0.1.
+  plain: fp32, the written-out attention math, full 127-column batches, nn.Dropout, a DataLoader
+         with 4 workers created every epoch (its start-up is measured and spread over one epoch's
+         steps), a loss .item() every step;
   fast:  trainer.Trainer as run.py configures it (in-process batches, trailing padding dropped,
          scaled_dot_product_attention, bf16 autocast where the hardware has bf16, fused AdamW on
-         CUDA).
-Evaluation: the 500 dev questions, the handout's one-question `utils.sample` loop vs
-decode.greedy_complete, with a check that the predictions are identical.
+         CUDA, attention.Dropout's cheaper draws on a CPU).
+Evaluation: the 500 dev questions, the handout's one-question `utils.sample` loop on the plain
+model vs decode.greedy_complete on the fast one (the same weights), with a check that the
+predictions are identical.
 
 Model FLOP utilisation (MFU): the FLOPs that training must do, over the time a step took, over the
 device's peak for the path's precision (fp32 for plain, the fast path's own). The FLOPs are the
@@ -46,7 +49,7 @@ from run import bf16_supported  # noqa: E402
 
 def build(variant, vocab, fast):
     conf = model.GPTConfig(vocab, presets.BLOCK_SIZE, **presets.MODEL, fast_attention=fast,
-                           skip_padding=fast)
+                           skip_padding=fast, fast_dropout=fast)
     conf.synthesizer = variant == 'synthesizer'
     conf.perceiver = variant == 'perceiver'
     conf.bottleneck_dim = 64 if variant == 'perceiver' else None
@@ -147,18 +150,20 @@ def mfu(flops, seconds, precision, peaks):
     return f'{flops / seconds / 1e12:,.1f} TFLOP/s, {flops / seconds / 1e12 / peaks[precision]:.1%}'
 
 
-def evaluation(gpt, vocab, device, limit):
+def evaluation(plain_gpt, gpt, vocab, device, limit):
+    """The handout's loop on plain_gpt, batched decoding on gpt (the same weights, fast paths)."""
     path = resolve('birth_dev.tsv', 'birth_dev.tsv')
     questions = [line.split('\t')[0] + dataset.MASK_CHAR
                  for line in open(path, encoding='utf-8')][:limit]
     prompts = [[vocab.stoi[c] for c in q] for q in questions]
+    plain_gpt.to(device).eval()
     gpt.to(device).eval()
 
     def answer(ids):
         return ''.join(vocab.itos[int(i)] for i in ids).split(dataset.MASK_CHAR)[1]
 
     start = time.perf_counter()
-    plain = [answer(utils.sample(gpt, torch.tensor([p], device=device), 32, sample=False)[0])
+    plain = [answer(utils.sample(plain_gpt, torch.tensor([p], device=device), 32, sample=False)[0])
              for p in prompts]
     sync(device)
     t_plain = time.perf_counter() - start
@@ -189,7 +194,8 @@ def main():
     ap.add_argument('--steps', type=int, default=3, help='timed steps per training measurement')
     ap.add_argument('--variants', nargs='+', default=['vanilla', 'synthesizer', 'perceiver'])
     ap.add_argument('--eval_questions', type=int, default=500)
-    ap.add_argument('--compile', action='store_true', help='torch.compile the fast path')
+    ap.add_argument('--compile', action='store_true',
+                    help='also measure the fast path under torch.compile (another column)')
     ap.add_argument('--peak_tflops', type=float, nargs=2, metavar=('FP32', 'BF16'),
                     help='the device\'s dense peak TFLOP/s, for the MFU column (built in for '
                          'known GPUs)')
@@ -215,19 +221,33 @@ def main():
                                   args.device) + startup / per_epoch
             utils.set_seed(0)
             t_fast, precision = fast_steps(build(variant, wiki.vocab_size, True), data, batch,
-                                           args.steps, args.device, args.compile)
+                                           args.steps, args.device, False)
             tokens = batch * (presets.BLOCK_SIZE - 1)
-            rows.append((f'{stage} {variant}', f'{tokens / t_plain:,.0f} tok/s',
-                         f'{tokens / t_fast:,.0f} tok/s ({precision})', f'{t_plain / t_fast:.2f}x',
-                         mfu(flops, t_plain, 'fp32', peaks), mfu(flops, t_fast, precision, peaks)))
+            row = [f'{stage} {variant}', f'{tokens / t_plain:,.0f} tok/s',
+                   f'{tokens / t_fast:,.0f} tok/s ({precision})', f'{t_plain / t_fast:.2f}x']
+            mfus = [mfu(flops, t_plain, 'fp32', peaks), mfu(flops, t_fast, precision, peaks)]
+            if args.compile:
+                utils.set_seed(0)
+                t_compiled, _ = fast_steps(build(variant, wiki.vocab_size, True), data, batch,
+                                           args.steps, args.device, True)
+                row.append(f'{tokens / t_compiled:,.0f} tok/s: {t_plain / t_compiled:.2f}x plain, '
+                           f'{t_fast / t_compiled:.2f}x fast')
+                mfus.append(mfu(flops, t_compiled, precision, peaks))
+            rows.append(row + mfus)
             print(rows[-1], flush=True)
     utils.set_seed(0)
     gpt = build('vanilla', wiki.vocab_size, True)
-    t_plain, t_fast, same, n = evaluation(gpt, wiki, args.device, args.eval_questions)
-    rows.append((f'evaluate vanilla, {n} dev questions', f'{t_plain:.1f} s', f'{t_fast:.2f} s',
-                 f'{t_plain / t_fast:.1f}x (predictions identical: {same})', '', ''))
+    plain_gpt = build('vanilla', wiki.vocab_size, False)
+    plain_gpt.load_state_dict(gpt.state_dict())
+    t_plain, t_fast, same, n = evaluation(plain_gpt, gpt, wiki, args.device, args.eval_questions)
+    rows.append([f'evaluate vanilla, {n} dev questions', f'{t_plain:.1f} s', f'{t_fast:.2f} s',
+                 f'{t_plain / t_fast:.1f}x (predictions identical: {same})']
+                + [''] * (len(rows[-1]) - 4))
     print(rows[-1], flush=True)
 
+    compiled = ['fast + torch.compile'] if args.compile else []
+    columns = (['measurement', 'plain (handout)', 'fast (this code)', 'ratio'] + compiled
+               + ['MFU plain', 'MFU fast'] + [f'MFU {c}' for c in compiled])
     cmd = 'python scripts/benchmark.py ' + ' '.join(sys.argv[1:])
     lines = ['# Benchmark: handout-equivalent path vs fast path', '',
              f'- machine: {machine(args.device)}', f'- command: `{cmd.strip()}`',
@@ -243,8 +263,7 @@ def main():
              'torch.utils.flop_counter), per second, over the dense peak of the path\'s precision: '
              + (', '.join(f'{k} {v:g} TFLOP/s' for k, v in peaks.items()) or
                 'not known for this device (give --peak_tflops)'), '',
-             '| measurement | plain (handout) | fast (this code) | ratio | MFU plain | MFU fast |',
-             '|---|---|---|---|---|---|']
+             '| ' + ' | '.join(columns) + ' |', '|' + '---|' * len(columns)]
     lines += ['| ' + ' | '.join(row) + ' |' for row in rows]
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, 'w', encoding='utf-8') as f:

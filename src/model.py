@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-from attention import (CausalCrossAttention, CausalSelfAttention, KVCache, Packing,
+from attention import (CausalCrossAttention, CausalSelfAttention, Dropout, KVCache, Packing,
                        SynthesizerAttention, kept_lengths)
 
 
@@ -42,6 +42,9 @@ class GPTConfig:
     # (see attention.Packing). False computes every position, as the handout does. (GPUs always
     # compute every position: there the work is not the bottleneck, and fixed shapes suit them.)
     skip_padding = True
+    # Not in the handout: dropout draws its random numbers faster on a CPU, same distribution
+    # (attention.Dropout). False draws them as nn.Dropout does.
+    fast_dropout = True
 
     def __init__(self, vocab_size, block_size, **kwargs):
         self.vocab_size = vocab_size
@@ -63,7 +66,7 @@ def mlp(config):
         nn.Linear(config.n_embd, 4 * config.n_embd),
         nn.GELU(),
         nn.Linear(4 * config.n_embd, config.n_embd),
-        nn.Dropout(config.resid_pdrop),
+        Dropout(config.resid_pdrop, config),
     )
 
 
@@ -143,7 +146,7 @@ class GPT(nn.Module):
         # input embedding stem
         self.tok_emb = nn.Embedding(config.vocab_size, config.n_embd)
         self.pos_emb = nn.Parameter(torch.zeros(1, config.block_size, config.n_embd))
-        self.drop = nn.Dropout(config.embd_pdrop)
+        self.drop = Dropout(config.embd_pdrop, config)
 
         # transformer
         self.perceiver = config.perceiver

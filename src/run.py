@@ -58,8 +58,8 @@ def parse_args(argv=None):
                        help='torch.compile the model (GPU or CPU; the first steps compile)')
     extra.add_argument('--plain', '--plain_attention', action='store_true', dest='plain',
                        help='compute as the handout does (same results, slower): written-out '
-                            'attention instead of scaled_dot_product_attention, and every padded '
-                            'position of a training batch')
+                            'attention instead of scaled_dot_product_attention, every padded '
+                            'position of a training batch, and nn.Dropout\'s random draws')
     extra.add_argument('--dropout', type=float, default=None,
                        help='embd/resid/attn dropout (the handout\'s is 0.1)')
     extra.add_argument('--resume', action='store_true',
@@ -182,7 +182,8 @@ def load_params(gpt, path, args, device):
 
 def build_model(args, vocab_size, block_size, device):
     mconf = model.GPTConfig(vocab_size, block_size, **presets.model_values(args.preset),
-                            fast_attention=not args.plain, skip_padding=not args.plain)
+                            fast_attention=not args.plain, skip_padding=not args.plain,
+                            fast_dropout=not args.plain)
     if args.dropout is not None:
         mconf.embd_pdrop = mconf.resid_pdrop = mconf.attn_pdrop = args.dropout
     if args.variant == 'synthesizer':

@@ -7,6 +7,8 @@
   and for rows that never close their answer.
 - Attention: scaled_dot_product_attention and the written-out math agree, outputs and gradients,
   for self- and cross-attention.
+- Dropout: attention.Dropout's cheaper draws on a CPU drop with nn.Dropout's probability,
+  independently, scale and pass gradients as it does, and give the model the same mean loss.
 - Training: skipping the positions that cannot change the loss (trim_padding, and the model's
   packed_loss) gives the loss and gradients of the full batch, for all three variants (the
   perceiver also with inputs shorter than its bottleneck); and a short run of trainer.Trainer
@@ -67,7 +69,7 @@ def test_batched_decoding_gives_the_handouts_predictions(data, name):
     gpt = tiny(pre.vocab_size, VARIANTS[name])
     # a few finetuning steps: the model learns to close some answers with ⁇, and emits
     # question-dependent text
-    conf = trainer.TrainerConfig(max_epochs=15, batch_size=3, learning_rate=3e-3)
+    conf = trainer.TrainerConfig(max_epochs=40, batch_size=3, learning_rate=3e-3)
     trainer.Trainer(gpt, names, None, conf).train()
     questions = [line.split('\t')[0] for line in TSV.splitlines()]
     # other lengths, among them prompts shorter than the perceiver's bottleneck (8), and
@@ -165,6 +167,79 @@ def test_sdpa_and_plain_attention_agree_with_gradients(kind, shapes):
     for a, b in zip(g_fast, g_plain):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
     assert y_fast.abs().mean() > 0.1 and all(g.abs().sum() > 0 for g in g_fast)
+
+
+# ---- dropout: cheaper random draws on a CPU, nn.Dropout's distribution ---------------------------
+
+def sigmas(observed, expected_rate, n):
+    """How many binomial standard deviations a rate observed over n draws lies from the expected."""
+    return abs(observed - expected_rate) / (expected_rate * (1 - expected_rate) / n) ** 0.5
+
+
+@pytest.mark.parametrize('p', [0.1, 0.5, 0.73])
+def test_fast_dropout_has_nn_dropouts_distribution(p):
+    """nn.Dropout (the handout's): each element zeroed independently with probability p, the
+    others scaled by 1 / (1 - p), gradients through the same mask."""
+    drop = attention.Dropout(p, model.GPTConfig(10, 8)).train()
+    assert drop.fast  # GPTConfig's default
+    x = (torch.rand(1 << 20, generator=torch.Generator().manual_seed(0)) + 0.5).requires_grad_()
+    torch.manual_seed(1)
+    y = drop(x)
+    y.sum().backward()
+    zero = y == 0
+    n = x.numel()
+    assert sigmas(zero.float().mean().item(), p, n) < 5
+    # neighbours share a 64-bit draw (four elements each): still independent
+    for shift in (1, 2, 3, 4):
+        both = (zero[shift:] & zero[:-shift]).float().mean().item()
+        assert sigmas(both, p * p, n - shift) < 5
+    scale = y[~zero] / x[~zero]
+    torch.testing.assert_close(scale, torch.full_like(scale, 1 / (1 - p)), rtol=2e-5, atol=0)
+    torch.testing.assert_close(x.grad, (~zero).float() * scale[0], rtol=1e-6, atol=0)
+    # seeded like nn.Dropout: the same seed draws the same mask, later draws other masks
+    torch.manual_seed(1)
+    assert torch.equal(drop(x), y)
+    assert not torch.equal(drop(x), y)
+    # in eval mode, or without fast_dropout, it is nn.Dropout itself
+    assert torch.equal(drop.eval()(x), x)
+    torch.manual_seed(2)
+    want = torch.nn.Dropout(p)(x)
+    torch.manual_seed(2)
+    assert torch.equal(attention.Dropout(p)(x), want)
+
+
+def test_fast_dropout_trains_the_model_as_nn_dropout_does(data):
+    """The model's mean training loss over many dropout masks (fixed weights and batch) is the
+    same with the fast draws as with nn.Dropout's, within the sampling error; on a CPU, attention
+    dropout takes the written-out math whether or not fast_attention is set."""
+    pre, _ = data
+    x, y = trainer.collate(pre, range(8))
+    torch.manual_seed(6)
+    fast = tiny(pre.vocab_size, {}, dropout=0.3).train()
+    with torch.no_grad():
+        for p in fast.parameters():
+            p.add_(torch.randn(p.shape) * 0.3)  # weights large enough that the masks matter
+    handout = tiny(pre.vocab_size, {'fast_dropout': False}, fast=False, skip_padding=False,
+                   dropout=0.3).train()
+    handout.load_state_dict(fast.state_dict())
+    losses = {}
+    with torch.no_grad():
+        for name, gpt in (('fast', fast), ('handout', handout)):
+            torch.manual_seed(7)
+            losses[name] = torch.stack([gpt(x, y)[1] for _ in range(300)])
+    (f, h) = losses['fast'], losses['handout']
+    error = (f.var() / len(f) + h.var() / len(h)) ** 0.5
+    assert abs(f.mean() - h.mean()) < 4 * error
+    assert f.std() > 0.01  # the masks do change the loss: the comparison means something
+    # the fused attention kernel is not used on a CPU with dropout: with nn.Dropout's draws,
+    # fast_attention gives the written-out math's numbers
+    sdpa = tiny(pre.vocab_size, {'fast_dropout': False}, skip_padding=False, dropout=0.3).train()
+    sdpa.load_state_dict(fast.state_dict())
+    with torch.no_grad():
+        torch.manual_seed(8)
+        want = handout(x, y)[1]
+        torch.manual_seed(8)
+        torch.testing.assert_close(sdpa(x, y)[1], want, rtol=1e-6, atol=1e-6)
 
 
 # ---- training: skipped positions change neither loss nor gradients ------------------------------

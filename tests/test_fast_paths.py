@@ -47,6 +47,15 @@ def tiny(vocab, overrides, fast=True, skip_padding=True, dropout=0.1, block_size
     return model.GPT(conf)
 
 
+@torch.no_grad()
+def jitter(gpt, scale):
+    """Add N(0, scale^2) noise (from the global generator) to every parameter: weights far enough
+    from their initialisation that positions, context and dropout masks matter. Returns gpt."""
+    for p in gpt.parameters():
+        p.add_(torch.randn(p.shape) * scale)
+    return gpt
+
+
 @pytest.fixture(scope='module')
 def data():
     utils.set_seed(0)
@@ -96,10 +105,7 @@ def test_batched_decoding_is_the_handouts_loop_token_for_token(name):
     (random weights large enough that positions and context matter). With a stop token, each row
     is the handout's sequence cut after its second stop token, or whole if it has fewer."""
     torch.manual_seed(2)
-    gpt = tiny(40, VARIANTS[name], block_size=64).eval()
-    with torch.no_grad():
-        for p in gpt.parameters():
-            p.add_(torch.randn(p.shape) * 0.3)
+    gpt = jitter(tiny(40, VARIANTS[name], block_size=64).eval(), 0.3)
     gen = torch.Generator().manual_seed(3)
     lengths = (1, 3, 7, 8, 9, 20, 31) + ((40,) if name != 'synthesizer' else ())
     prompts = [torch.randint(2, 40, (n,), generator=gen).tolist() for n in lengths]
@@ -215,10 +221,7 @@ def test_fast_dropout_trains_the_model_as_nn_dropout_does(data):
     pre, _ = data
     x, y = trainer.collate(pre, range(8))
     torch.manual_seed(6)
-    fast = tiny(pre.vocab_size, {}, dropout=0.3).train()
-    with torch.no_grad():
-        for p in fast.parameters():
-            p.add_(torch.randn(p.shape) * 0.3)  # weights large enough that the masks matter
+    fast = jitter(tiny(pre.vocab_size, {}, dropout=0.3).train(), 0.3)
     handout = tiny(pre.vocab_size, {'fast_dropout': False}, fast=False, skip_padding=False,
                    dropout=0.3).train()
     handout.load_state_dict(fast.state_dict())
@@ -265,10 +268,8 @@ def pad_batch(lengths, vocab, T=60, seed=6):
 def test_skipped_positions_change_neither_loss_nor_gradients(name, overrides, lengths):
     vocab = 30
     torch.manual_seed(7)
-    full = tiny(vocab, overrides, fast=False, skip_padding=False, dropout=0.0, block_size=64)
-    with torch.no_grad():
-        for p in full.parameters():
-            p.add_(torch.randn(p.shape) * 0.1)
+    full = jitter(tiny(vocab, overrides, fast=False, skip_padding=False, dropout=0.0,
+                       block_size=64), 0.1)
     packed = tiny(vocab, overrides, fast=True, dropout=0.0, block_size=64)
     packed.load_state_dict(full.state_dict())
     x, y = pad_batch(lengths, vocab, T=63 if overrides.get('synthesizer') else 60)

@@ -5,7 +5,8 @@
     python scripts/benchmark.py --compile ...       # a column for the fast path under torch.compile
 
 Training: tokens/s as the handout counts them (batch x 127 per step, padding included), the
-handout's model with its dropout of 0.1.
+handout's model with its dropout of 0.1 and its batch sizes (--preset: another preset's model and
+pretraining/finetuning batch sizes, e.g. the CPU recipe's).
   plain: fp32, the written-out attention math, full 127-column batches, nn.Dropout, a DataLoader
          with 4 workers created every epoch (its start-up is measured and spread over one epoch's
          steps), a loss .item() every step;
@@ -47,9 +48,9 @@ from decode import greedy_complete  # noqa: E402
 from run import bf16_supported  # noqa: E402
 
 
-def build(variant, vocab, fast):
-    conf = model.GPTConfig(vocab, presets.BLOCK_SIZE, **presets.MODEL, fast_attention=fast,
-                           skip_padding=fast, fast_dropout=fast)
+def build(variant, vocab, fast, preset='handout'):
+    conf = model.GPTConfig(vocab, presets.BLOCK_SIZE, **presets.model_values(preset),
+                           fast_attention=fast, skip_padding=fast, fast_dropout=fast)
     conf.synthesizer = variant == 'synthesizer'
     conf.perceiver = variant == 'perceiver'
     conf.bottleneck_dim = 64 if variant == 'perceiver' else None
@@ -112,10 +113,10 @@ def needed_lengths(data, rows=2000):
     return kept_lengths(targets).tolist()
 
 
-def flops_per_example(variant, vocab, lengths):
+def flops_per_example(variant, vocab, lengths, preset):
     """Mean FLOPs of training on one example (forward + backward) computed over `lengths`
     positions, counted once per distinct length on the plain fp32 model."""
-    gpt = build(variant, vocab, False)
+    gpt = build(variant, vocab, False, preset)
     counts = {}
     for n in sorted(set(lengths)):
         x = torch.ones(1, n, dtype=torch.long)
@@ -194,6 +195,8 @@ def main():
     ap.add_argument('--steps', type=int, default=3, help='timed steps per training measurement')
     ap.add_argument('--variants', nargs='+', default=['vanilla', 'synthesizer', 'perceiver'])
     ap.add_argument('--eval_questions', type=int, default=500)
+    ap.add_argument('--preset', choices=sorted(presets.PRESETS), default='handout',
+                    help='the model and training batch sizes measured (default: the handout\'s)')
     ap.add_argument('--compile', action='store_true',
                     help='also measure the fast path under torch.compile (another column)')
     ap.add_argument('--peak_tflops', type=float, nargs=2, metavar=('FP32', 'BF16'),
@@ -210,34 +213,36 @@ def main():
     peaks = peak_tflops(args.device, args.peak_tflops)
     lengths = {stage: needed_lengths(data) for stage, data in (('pretrain', wiki), ('finetune', names))}
     shares = {stage: sum(n) / (len(n) * (presets.BLOCK_SIZE - 1)) for stage, n in lengths.items()}
-    for stage, data, batch, variants in (('pretrain', wiki, 128, args.variants),
-                                         ('finetune', names, 256, ['vanilla'])):
+    batches = {stage: presets.stage_values(args.preset, key)['batch_size']
+               for stage, key in (('pretrain', 'pretrain'), ('finetune', 'finetune_pretrained'))}
+    for stage, data, variants in (('pretrain', wiki, args.variants), ('finetune', names, ['vanilla'])):
+        batch = batches[stage]
         startup = worker_startup(data, batch)
         per_epoch = math.ceil(len(data) / batch)
         for variant in variants:
-            flops = batch * flops_per_example(variant, wiki.vocab_size, lengths[stage])
+            flops = batch * flops_per_example(variant, wiki.vocab_size, lengths[stage], args.preset)
             utils.set_seed(0)
-            t_plain = plain_steps(build(variant, wiki.vocab_size, False), data, batch, args.steps,
-                                  args.device) + startup / per_epoch
+            t_plain = plain_steps(build(variant, wiki.vocab_size, False, args.preset), data, batch,
+                                  args.steps, args.device) + startup / per_epoch
             utils.set_seed(0)
-            t_fast, precision = fast_steps(build(variant, wiki.vocab_size, True), data, batch,
-                                           args.steps, args.device, False)
+            t_fast, precision = fast_steps(build(variant, wiki.vocab_size, True, args.preset), data,
+                                           batch, args.steps, args.device, False)
             tokens = batch * (presets.BLOCK_SIZE - 1)
             row = [f'{stage} {variant}', f'{tokens / t_plain:,.0f} tok/s',
                    f'{tokens / t_fast:,.0f} tok/s ({precision})', f'{t_plain / t_fast:.2f}x']
             mfus = [mfu(flops, t_plain, 'fp32', peaks), mfu(flops, t_fast, precision, peaks)]
             if args.compile:
                 utils.set_seed(0)
-                t_compiled, _ = fast_steps(build(variant, wiki.vocab_size, True), data, batch,
-                                           args.steps, args.device, True)
+                t_compiled, _ = fast_steps(build(variant, wiki.vocab_size, True, args.preset), data,
+                                           batch, args.steps, args.device, True)
                 row.append(f'{tokens / t_compiled:,.0f} tok/s: {t_plain / t_compiled:.2f}x plain, '
                            f'{t_fast / t_compiled:.2f}x fast')
                 mfus.append(mfu(flops, t_compiled, precision, peaks))
             rows.append(row + mfus)
             print(rows[-1], flush=True)
     utils.set_seed(0)
-    gpt = build('vanilla', wiki.vocab_size, True)
-    plain_gpt = build('vanilla', wiki.vocab_size, False)
+    gpt = build('vanilla', wiki.vocab_size, True, args.preset)
+    plain_gpt = build('vanilla', wiki.vocab_size, False, args.preset)
     plain_gpt.load_state_dict(gpt.state_dict())
     t_plain, t_fast, same, n = evaluation(plain_gpt, gpt, wiki, args.device, args.eval_questions)
     rows.append([f'evaluate vanilla, {n} dev questions', f'{t_plain:.1f} s', f'{t_fast:.2f} s',
@@ -252,6 +257,9 @@ def main():
     lines = ['# Benchmark: handout-equivalent path vs fast path', '',
              f'- machine: {machine(args.device)}', f'- command: `{cmd.strip()}`',
              f'- date: {time.strftime("%Y-%m-%d", time.gmtime())}',
+             f'- model: preset `{args.preset}`, ' + ', '.join(
+                 f'{k}={v}' for k, v in presets.model_values(args.preset).items())
+             + f'; batch sizes: pretrain {batches["pretrain"]}, finetune {batches["finetune"]}',
              f'- training: {args.steps} timed steps per row after a warm-up; plain includes the '
              'per-epoch start-up of 4 DataLoader workers, spread over one epoch\'s steps',
              '- positions computed by the fast path on a CPU (up to the last non-PAD target of each '

@@ -1,4 +1,4 @@
-"""scripts/benchmark.py's model-FLOP count, against the handout model's FLOPs written out."""
+"""scripts/benchmark.py's model-FLOP count, against the model's FLOPs written out."""
 import os
 import sys
 
@@ -19,10 +19,15 @@ def handout_training_flops(n, vocab=256, layers=4, width=256):
     return 3 * (layers * per_layer + 2 * n * width * vocab)  # + the head
 
 
-def test_flops_per_example_is_the_vanilla_models_matmul_count():
+@pytest.mark.parametrize('preset,width', [('handout', 256), ('narrow', 128)])
+def test_flops_per_example_is_the_vanilla_models_matmul_count(preset, width, monkeypatch):
+    """--preset: the preset's model is counted (a narrower one added here for the test)."""
+    monkeypatch.setitem(benchmark.presets.PRESETS, 'narrow',
+                        benchmark.presets._preset(model=dict(n_head=4, n_embd=128)))
     lengths = [10, 127, 127, 64]
-    expected = sum(handout_training_flops(n) for n in lengths) / len(lengths)
-    assert benchmark.flops_per_example('vanilla', 256, lengths) == pytest.approx(expected, rel=1e-9)
+    expected = sum(handout_training_flops(n, width=width) for n in lengths) / len(lengths)
+    got = benchmark.flops_per_example('vanilla', 256, lengths, preset)
+    assert got == pytest.approx(expected, rel=1e-9)
 
 
 def test_mfu_is_flops_per_second_over_the_precisions_peak():

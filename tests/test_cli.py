@@ -213,20 +213,30 @@ def test_params_of_another_variant_are_refused(tmp_path):
     assert not (tmp_path / 'p.params').exists()
 
 
-def test_a_preset_with_its_own_model_needs_the_preset_to_load(tmp_path):
-    """cpu-45min trains a narrower model than the handout's: its params say so, and reading them
-    without the preset is one error line naming the cause."""
+def test_params_of_other_sizes_are_one_error_line(tmp_path):
+    """A params file of a narrower model than the handout's (another preset's, say): reading it
+    is one error line naming the file and the likely cause."""
+    write_inputs(tmp_path)
+    from model import GPT, GPTConfig
+    gpt = GPT(GPTConfig(len(set(CORPUS)) + 2, 128, n_layer=4, n_head=4, n_embd=128))
+    torch.save(gpt.state_dict(), tmp_path / 'narrow.params')
+    evaluate = ['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path', 'narrow.params',
+                '--eval_corpus_path', 'dev.tsv', '--outputs_path', 'dev.predictions'] + FAST
+    line = one_error_line(cli(evaluate, tmp_path))
+    assert 'narrow.params' in line and 'other sizes' in line and '--preset' in line
+    assert not (tmp_path / 'dev.predictions').exists()
+
+
+def test_the_cpu_recipe_trains_the_handouts_model_and_rehearses(tmp_path):
+    """cpu-45min's params have the handout model's keys and shapes (they load without the preset),
+    and its finetuning also rehearses the pretraining corpus."""
     write_inputs(tmp_path)
     ok(cli(['pretrain', 'vanilla', 'corpus.txt', '--writing_params_path', 'pt.params',
             '--preset', 'cpu-45min'] + FAST, tmp_path))
     state = torch.load(tmp_path / 'pt.params', weights_only=True)
-    assert state['tok_emb.weight'].shape[1] == 128 and state['blocks.0.mlp.0.weight'].shape == (512, 128)
-    evaluate = ['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path', 'pt.params',
-                '--eval_corpus_path', 'dev.tsv', '--outputs_path', 'dev.predictions'] + FAST
-    line = one_error_line(cli(evaluate, tmp_path))
-    assert 'pt.params' in line and '--preset' in line
-    assert not (tmp_path / 'dev.predictions').exists()
-    ok(cli(evaluate + ['--preset', 'cpu-45min'], tmp_path))
+    assert state['tok_emb.weight'].shape[1] == 256 and state['blocks.0.mlp.0.weight'].shape == (1024, 256)
+    ok(cli(['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path', 'pt.params',
+            '--eval_corpus_path', 'dev.tsv', '--outputs_path', 'dev.predictions'] + FAST, tmp_path))
     assert len((tmp_path / 'dev.predictions').read_text(encoding='utf-8').splitlines()) == len(DEV)
     # its finetuning also rehearses the corpus (dataset.LeadInDataset): the 16 questions and the
     # corpus's 34 lines ('\n'-split, the last one empty) are 50 examples, 7 steps of 8

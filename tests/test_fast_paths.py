@@ -175,6 +175,24 @@ def test_sdpa_and_plain_attention_agree_with_gradients(kind, shapes):
     assert y_fast.abs().mean() > 0.1 and all(g.abs().sum() > 0 for g in g_fast)
 
 
+def test_cpu_bf16_training_takes_the_written_out_math(data):
+    """Under bf16 autocast, training on a CPU computes attention as the plain path does (there it
+    is faster than the fused kernel): the same numbers to the last bit of float noise, where the
+    fused kernel's bf16 rounding would differ by about 1e-3 (checked below in eval mode)."""
+    pre, _ = data
+    x, y = trainer.collate(pre, range(8))
+    torch.manual_seed(6)
+    fast = jitter(tiny(pre.vocab_size, {}, skip_padding=False, dropout=0.0), 0.3)
+    plain = tiny(pre.vocab_size, {}, fast=False, skip_padding=False, dropout=0.0)
+    plain.load_state_dict(fast.state_dict())
+    losses = {}
+    for mode in ('train', 'eval'):
+        with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16):
+            losses[mode] = [getattr(gpt, mode)()(x, y)[1].float() for gpt in (fast, plain)]
+    torch.testing.assert_close(*losses['train'], rtol=1e-6, atol=1e-6)
+    assert abs(losses['eval'][0] - losses['eval'][1]) > 1e-5  # the kernel's path differs
+
+
 # ---- dropout: cheaper random draws on a CPU, nn.Dropout's distribution ---------------------------
 
 def sigmas(observed, expected_rate, n):

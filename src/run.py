@@ -9,6 +9,7 @@
 Every flag of both handout editions works as there, with the handout's values as defaults (see
 presets.py). Flags the handout does not have only change how fast or how long a run is.
 """
+import atexit
 import os
 import sys
 import tempfile
@@ -93,6 +94,9 @@ def init_distributed(device):
         return device
     import torch.distributed as dist
     dist.init_process_group('nccl' if device == 'cuda' else 'gloo')
+    # shut the group down before the interpreter does: left to process teardown, gloo's
+    # threads sometimes aborted a finished CPU rank ("terminate called without an active exception")
+    atexit.register(dist.destroy_process_group)
     RANK = dist.get_rank()
     if device == 'cuda':
         local_rank = int(os.environ.get('LOCAL_RANK', '0'))

@@ -11,8 +11,9 @@ pretraining/finetuning batch sizes, e.g. the CPU recipe's).
          with 4 workers created every epoch (its start-up is measured and spread over one epoch's
          steps), a loss .item() every step;
   fast:  trainer.Trainer as run.py configures it (in-process batches, trailing padding dropped,
-         scaled_dot_product_attention, bf16 autocast where the hardware has bf16, fused AdamW on
-         CUDA, attention.Dropout's cheaper draws on a CPU).
+         scaled_dot_product_attention (on a CPU, with dropout or in bf16, the written-out math,
+         the faster there: attention.attend), bf16 autocast where the hardware has bf16, fused
+         AdamW on CUDA, attention.Dropout's cheaper draws on a CPU).
 Evaluation: the 500 dev questions, the handout's one-question `utils.sample` loop on the plain
 model vs decode.greedy_complete on the fast one (the same weights), with a check that the
 predictions are identical.

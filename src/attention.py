@@ -172,9 +172,9 @@ def attend(scores_or_q, k, v, mask, attn_drop, fast, causal=True):
     Training on a CPU takes the plain path in two cases where it is the faster one: with
     attention dropout (the fused kernels have no dropout there: scaled_dot_product_attention
     would fall back to the same math, with nn.Dropout's slower draws), and under bf16 autocast,
-    where the fused CPU kernel's forward and backward were the slower (the handout's model,
-    batch 128: 22.7k tokens/s against 38.5k with the math, a 2-core AVX-512-BF16 EPYC; in fp32
-    the two ran at the same speed there, so fp32 keeps the kernel).
+    where the fused CPU kernel's forward and backward were the slower (the handout's model
+    without dropout, batch 128: about 22k tokens/s against 38k with the math, a 2-core
+    AVX-512-BF16 EPYC; in fp32 the two ran at the same speed there, so fp32 keeps the kernel).
     """
     cpu_math = attn_drop.training and v.device.type == 'cpu' and (
         attn_drop.p > 0 or torch.is_autocast_enabled('cpu'))

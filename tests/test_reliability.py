@@ -583,22 +583,49 @@ def tb_scalars(folder, tag):
     return [(e.step, e.value) for e in acc.Scalars(tag)]
 
 
-@pytest.mark.skipif(not (torch.distributed.is_available() and torch.distributed.is_gloo_available()),
-                    reason='torch.distributed with gloo is needed')
-def test_torchrun_two_cpu_processes_match_one(one_epoch_runs, tmp_path):
+# Under torchrun each rank runs run.main, as `python src/run.py` does, and reports the gloo threads
+# it has after training and at exit (an atexit hook registered before run.main's, so it runs after
+# it). Linux names the threads in /proc/self/task; elsewhere the list stays empty.
+TORCHRUN_DRIVER = """
+import atexit, os
+import run
+
+def gloo_threads():
+    tasks = '/proc/self/task'
+    names = [open(os.path.join(tasks, t, 'comm')).read().strip()
+             for t in (os.listdir(tasks) if os.path.isdir(tasks) else [])]
+    return sorted(name for name in names if 'gloo' in name)
+
+atexit.register(lambda: print('gloo threads at exit:', gloo_threads(), flush=True))
+run.main()
+print('gloo threads after training:', gloo_threads(), flush=True)
+"""
+
+
+@pytest.fixture(scope='module')
+def torchrun_run(tmp_path_factory):
+    """One epoch without dropout, two CPU processes under torchrun."""
+    if not (torch.distributed.is_available() and torch.distributed.is_gloo_available()):
+        pytest.skip('torch.distributed with gloo is needed')
+    d = tmp_path_factory.mktemp('ddp')
+    write_inputs(d)
+    driver = tmp_path_factory.mktemp('driver') / 'rank.py'
+    driver.write_text(TORCHRUN_DRIVER, encoding='utf-8')
+    before = set(os.listdir(d))
+    env = dict(ENV, OMP_NUM_THREADS='1', PYTHONPATH=os.path.dirname(RUN))
+    proc = subprocess.run(
+        [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2',
+         str(driver)] + PRETRAIN + ['--max_epochs', '1', '--dropout', '0'],
+        cwd=d, env=env, capture_output=True, text=True, encoding='utf-8', timeout=300)
+    return d, before, proc
+
+
+def test_torchrun_two_cpu_processes_match_one(one_epoch_runs, torchrun_run):
     """Same global batch (8, 4 rows per rank; the last batch has 1 example, which leaves rank 1
     a dummy row of weight 0): the per-step losses and learning rates are the one-process run's,
     and only rank 0 writes files."""
     single = one_epoch_runs['default']
-    d = tmp_path / 'ddp'
-    d.mkdir()
-    write_inputs(d)
-    before = set(os.listdir(d))
-    env = dict(ENV, OMP_NUM_THREADS='1')
-    proc = subprocess.run(
-        [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2', RUN]
-        + PRETRAIN + ['--max_epochs', '1', '--dropout', '0'],
-        cwd=d, env=env, capture_output=True, text=True, encoding='utf-8', timeout=300)
+    d, before, proc = torchrun_run
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert set(os.listdir(d)) - before == {'pt.params', 'expt'}
     for tag in ('train/loss', 'train/lr'):
@@ -610,3 +637,14 @@ def test_torchrun_two_cpu_processes_match_one(one_epoch_runs, tmp_path):
     a, b = load(single / 'pt.params'), load(d / 'pt.params')
     assert a.keys() == b.keys()
     assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-2
+
+
+@pytest.mark.skipif(not os.path.isdir('/proc/self/task'), reason="Linux's thread names are needed")
+def test_torchrun_ranks_end_gloos_threads_before_the_interpreter_shuts_down(torchrun_run):
+    """A gloo thread still running when the interpreter shuts down can abort a finished rank
+    (see init_distributed in run.py); the group's destruction at exit must end them all."""
+    _, _, proc = torchrun_run
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [line for line in proc.stdout.splitlines() if 'gloo threads' in line]
+    assert sorted(lines) == ["gloo threads after training: ['gloo_tcp_loop', 'pt_gloo_runloop', "
+                             "'pt_gloo_runloop']"] * 2 + ['gloo threads at exit: []'] * 2, lines

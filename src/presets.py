@@ -53,8 +53,9 @@ PRESETS = {
     # arithmetic (AVX-512-BF16) in 45 minutes. NOT the handout's settings: its model without
     # dropout, pretraining for 180 epochs at batch 64 (twice the handout's updates per epoch) with
     # a learning rate of 1.5e-3 (the handout's 6e-3, at its batch of 128, stalled near a loss of
-    # 2.6 without dropout) and the cosine schedule compressed to the run. 200 epochs reached 16.0%
-    # and 25.6% dev in 44.99 and 43.2 minutes: too close to the limit, hence 180 (results/cpu/).
+    # 2.6 without dropout) and the cosine schedule compressed to the run. Measured: 15.8% dev in
+    # 38.6 minutes; 200 epochs reached 16.0% and 25.6% in 44.99 and 43.2 minutes, too close to
+    # the limit (results/cpu/). Without bf16: an estimated 1.1-2.0 hours.
     # Finetuning is the handout's plus a rehearsal of the pretraining corpus led by
     # "Where was " (dataset.LeadInDataset): a pretrained model stores a person's facts under the
     # name at the start of a line, and the rehearsal teaches it to read them with the name where

@@ -1,25 +1,30 @@
 #!/usr/bin/env bash
-# Build assignment5_submission.zip for Gradescope, as the handout's collect_submission.sh does:
-# src/, the data files, the params files and the prediction files. Unlike the handout's script
-# it first checks the submission and refuses to zip an incomplete one.
+# Build the Gradescope zip as the handout's collect_submission.sh does: assignment5_submission.zip
+# (2021-22 and 2022-23: src/, the data files, the params files and the prediction files) or
+# assignment4_submission.zip (2024-25, rope: src/, the params and prediction files and
+# london_baseline_accuracy.txt, no data). Unlike the handout's script it first checks the
+# submission and refuses to zip an incomplete one.
 #
 #   bash collect_submission.sh                         # files in the current folder, edition auto-detected
-#   bash collect_submission.sh --edition perceiver     # 2022-23 edition (synthesizer: 2021-22)
+#   bash collect_submission.sh --edition perceiver     # 2022-23 edition (synthesizer: 2021-22; rope: 2024-25)
 #   bash collect_submission.sh --dir runs/all-handout  # params/predictions from another folder
 #   bash collect_submission.sh --output /tmp/a5.zip    # another zip path
 #
-# Editions (what the handouts' "Submission Instructions" list):
-#   both:        vanilla.model.params, vanilla.nopretrain.{dev,test}.predictions,
+# Editions (what the handouts' "Submission Instructions" and scripts list):
+#   all:         vanilla.model.params, vanilla.nopretrain.{dev,test}.predictions,
 #                vanilla.finetune.params, vanilla.pretrain.{dev,test}.predictions
 #   synthesizer: synthesizer.finetune.params, synthesizer.pretrain.{dev,test}.predictions
 #   perceiver:   perceiver.finetune.params, perceiver.pretrain.{dev,test}.predictions
-# Without --edition the edition is the one whose files are in the folder; when both or neither
+#   rope:        rope.finetune.params, rope.pretrain.{dev,test}.predictions,
+#                london_baseline_accuracy.txt (written by python src/london_baseline.py)
+# Without --edition the edition is the one whose files are in the folder; when several or none
 # are there the script says so and stops.
 #
 # Checks: every params and predictions file exists and is not empty; each *.dev.predictions has
 # one line per line of birth_dev.tsv (500) and each *.test.predictions one per line of
 # birth_test_inputs.tsv (437); the data files (wiki.txt, birth_places_train.tsv, birth_dev.tsv,
-# birth_test_inputs.tsv) are found in --dir, the current folder or the repository's data/.
+# birth_test_inputs.tsv) are found in --dir, the current folder or the repository's data/ (the
+# rope edition zips none of them, but the line counts still come from the two TSVs).
 # Everything wrong is listed, and the script exits 1 without writing a zip. The zip is written
 # to a temporary file and renamed into place, so it is never left half-written.
 # Needs only python3 (its zipfile module), not the zip program.
@@ -39,15 +44,19 @@ import tempfile
 import zipfile
 
 REPO = sys.argv.pop(1)
-ZIP_NAME = 'assignment5_submission.zip'
 DATA_FILES = ['wiki.txt', 'birth_places_train.tsv', 'birth_dev.tsv', 'birth_test_inputs.tsv']
 SPLIT_TSV = {'dev': 'birth_dev.tsv', 'test': 'birth_test_inputs.tsv'}
 COMMON = ['vanilla.model.params', 'vanilla.nopretrain.dev.predictions',
           'vanilla.nopretrain.test.predictions', 'vanilla.finetune.params',
           'vanilla.pretrain.dev.predictions', 'vanilla.pretrain.test.predictions']
+# the variant's own files, beyond COMMON: how an edition is recognised
 EDITIONS = {v: [f'{v}.finetune.params', f'{v}.pretrain.dev.predictions',
-                f'{v}.pretrain.test.predictions'] for v in ('synthesizer', 'perceiver')}
-HANDOUT = {'synthesizer': '2021-22', 'perceiver': '2022-23'}
+                f'{v}.pretrain.test.predictions'] for v in ('synthesizer', 'perceiver', 'rope')}
+HANDOUT = {'synthesizer': '2021-22', 'perceiver': '2022-23', 'rope': '2024-25'}
+ZIP_NAME = {'synthesizer': 'assignment5_submission.zip', 'perceiver': 'assignment5_submission.zip',
+            'rope': 'assignment4_submission.zip'}
+EXTRA = {'rope': ['london_baseline_accuracy.txt']}  # zipped too, beyond the variant's files
+ZIPS_DATA = {'synthesizer': True, 'perceiver': True, 'rope': False}
 
 
 def fail(msg, code):
@@ -77,23 +86,27 @@ def detect_edition(folder):
     if len(found) == 1:
         return found[0]
     if not found:
-        fail(f'cannot tell the edition: none of the synthesizer.* or perceiver.* submission files '
-             f'is in {where}; pass --edition synthesizer (2021-22) or --edition perceiver (2022-23)', 2)
-    listing = '; '.join(f'{e}: {", ".join(files)}' for e, files in present.items())
-    fail(f'ambiguous edition: {where} has files of both editions ({listing}); '
-         f'pass --edition synthesizer or --edition perceiver', 2)
+        fail(f'cannot tell the edition: none of the synthesizer.*, perceiver.* or rope.* submission '
+             f'files is in {where}; pass --edition synthesizer (2021-22), --edition perceiver '
+             f'(2022-23) or --edition rope (2024-25)', 2)
+    listing = '; '.join(f'{e}: {", ".join(files)}' for e, files in present.items() if files)
+    fail(f'ambiguous edition: {where} has files of several editions ({listing}); '
+         f'pass --edition {" or --edition ".join(found)}', 2)
 
 
 def main():
     ap = argparse.ArgumentParser(
         prog='collect_submission.sh',
-        description=f'Check the submission files and zip them with src/ and the data into {ZIP_NAME}.')
+        description='Check the submission files and zip them with src/ (and, before 2024, the '
+                    'data) into the handout\'s zip.')
     ap.add_argument('--edition', choices=sorted(EDITIONS),
-                    help='synthesizer (2021-22 handout) or perceiver (2022-23); default: detected '
-                         'from the files present')
+                    help='synthesizer (2021-22 handout), perceiver (2022-23) or rope (2024-25); '
+                         'default: detected from the files present')
     ap.add_argument('--dir', default='.',
                     help='folder with the params and predictions files (default: the current folder)')
-    ap.add_argument('--output', default=ZIP_NAME, help=f'zip to write (default: ./{ZIP_NAME})')
+    ap.add_argument('--output', default=None,
+                    help='zip to write (default: ./assignment5_submission.zip; rope: '
+                         './assignment4_submission.zip)')
     args = ap.parse_args()
 
     folder = args.dir
@@ -103,7 +116,7 @@ def main():
     if not os.path.isdir(src):
         fail(f'{src}: no src/ folder next to collect_submission.sh', 2)
     edition = args.edition or detect_edition(folder)
-    required = COMMON + EDITIONS[edition]
+    required = COMMON + EDITIONS[edition] + EXTRA.get(edition, [])
     print(f'edition: {edition} ({HANDOUT[edition]} handout); files from {os.path.abspath(folder)}')
 
     problems = []
@@ -140,7 +153,7 @@ def main():
             if got != want:
                 problems.append(f'{path}: {got} lines, expected {want} (one per line of {tsv})')
 
-    out = args.output
+    out = args.output or ZIP_NAME[edition]
     if problems:
         print(f'error: the submission is incomplete; {out} was not written:', file=sys.stderr)
         for p in problems:
@@ -158,7 +171,8 @@ def main():
                 continue
             path = os.path.join(root, f)
             members.append((path, os.path.join('src', os.path.relpath(path, src)).replace(os.sep, '/')))
-    members += [(data[name], name) for name in DATA_FILES]
+    data_members = DATA_FILES if ZIPS_DATA[edition] else []
+    members += [(data[name], name) for name in data_members]
     members += [(os.path.join(folder, name), name) for name in required]
 
     out_dir = os.path.dirname(os.path.abspath(out))
@@ -174,7 +188,7 @@ def main():
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
-    print(f'wrote {out}: {len(members)} files (src/ + {len(DATA_FILES)} data files + '
+    print(f'wrote {out}: {len(members)} files (src/ + {len(data_members)} data files + '
           f'{len(required)} params/predictions files)')
 
 

@@ -55,6 +55,7 @@ def build(variant, vocab, fast, preset='handout'):
     conf.synthesizer = variant == 'synthesizer'
     conf.perceiver = variant == 'perceiver'
     conf.bottleneck_dim = 64 if variant == 'perceiver' else None
+    conf.rope = variant == 'rope'
     return model.GPT(conf)
 
 
@@ -194,7 +195,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--device', default='cpu', choices=('cpu', 'cuda'))
     ap.add_argument('--steps', type=int, default=3, help='timed steps per training measurement')
-    ap.add_argument('--variants', nargs='+', default=['vanilla', 'synthesizer', 'perceiver'])
+    ap.add_argument('--variants', nargs='+', default=['vanilla', 'synthesizer', 'perceiver', 'rope'],
+                    choices=['vanilla', 'synthesizer', 'perceiver', 'rope'])
     ap.add_argument('--eval_questions', type=int, default=500)
     ap.add_argument('--preset', choices=sorted(presets.PRESETS), default='handout',
                     help='the model and training batch sizes measured (default: the handout\'s)')

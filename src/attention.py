@@ -3,6 +3,10 @@ The three attention modules of the assignment. Their parameters and buffers are 
 handout's (so params files load both ways); the arithmetic they share, masked softmax attention,
 is written once in `attend`, with PyTorch's fused kernel as a branch beside the plain math.
 
+RoPE (the 2024-25 edition's `rope` variant) is a rotation of the queries and keys, written once
+in `rotate` beside the attention it feeds; every path (packed training, cached decoding, the fused
+kernel) rotates them at their own positions before attending.
+
 Two pieces of bookkeeping let the same modules skip work that cannot change any result:
 - `Packing` (training on a CPU): only the positions that can change the loss are computed;
 - `KVCache` (decoding): each step computes the new position only, reusing the keys and values of
@@ -44,6 +48,34 @@ class Dropout(nn.Dropout):
         draws = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-2 ** 63, None)
         bits = draws.view(torch.int16)[:n].view(x.shape)  # uniform on -2^15..2^15-1
         return x * (bits >= dropped - 2 ** 15) * (2 ** 16 / (2 ** 16 - dropped))
+
+
+def precompute_rotary_emb(dim, max_positions):
+    """RoPE's angles for positions 0..max_positions-1: (max_positions, dim // 2, 2), [..., 0] the
+    cos and [..., 1] the sin of t * theta_j, theta_j = 10000^(-2j/dim) for the pair j of features
+    (2j, 2j+1). (The handout's theta_i = 10000^(-2(i-1)/d); the 2024-25 starter's docstring prints
+    the exponent's sign flipped, but the decaying frequencies are what the handout means.)"""
+    theta = 10000.0 ** (-torch.arange(0, dim // 2, dtype=torch.float32) * 2 / dim)
+    angles = torch.arange(max_positions, dtype=torch.float32)[:, None] * theta
+    return torch.stack([torch.cos(angles), torch.sin(angles)], dim=-1)
+
+
+def rotate(x, cache):
+    """Each adjacent pair (x[2j], x[2j+1]) of x's last dimension, read as the complex number
+    x[2j] + i x[2j+1], multiplied by cos + i sin from `cache` (..., dim // 2, 2), which broadcasts
+    against x's leading dimensions. Written with real arithmetic rather than view_as_complex:
+    the same numbers, also under bf16 autocast (computed in fp32, returned in x's dtype), and on
+    devices and compilers without complex tensors."""
+    pairs = x.float().unflatten(-1, (-1, 2))
+    re, im = pairs[..., 0], pairs[..., 1]
+    cos, sin = cache[..., 0], cache[..., 1]
+    return torch.stack([re * cos - im * sin, re * sin + im * cos], dim=-1).flatten(-2).to(x.dtype)
+
+
+def apply_rotary_emb(x, rope_cache):
+    """The 2024-25 starter's function: x (..., T, dim) at positions 0..T-1, rotated by the
+    cache truncated to T."""
+    return rotate(x, rope_cache[:x.size(-2)])
 
 
 def causal_mask(size):
@@ -211,6 +243,12 @@ class CausalSelfAttention(nn.Module):
         self.resid_drop = Dropout(config.resid_pdrop, config)
         # output projection
         self.proj = nn.Linear(config.n_embd, config.n_embd)
+        # RoPE (the rope variant): the rotation angles of every position, a buffer (in the
+        # state_dict, registered before the mask) as in the 2024-25 starter code
+        self.rope = getattr(config, 'rope', False)
+        if self.rope:
+            self.register_buffer("rope_cache", precompute_rotary_emb(
+                config.n_embd // config.n_head, config.block_size))
         # causal mask to ensure that attention is only applied to the left in the input sequence
         self.register_buffer("mask", causal_mask(config.block_size))
         self.n_head = config.n_head
@@ -228,6 +266,8 @@ class CausalSelfAttention(nn.Module):
         k = to_heads(self.key(x_kv), self.n_head, packing)
         q = to_heads(self.query(x_q), self.n_head, packing)
         v = to_heads(self.value(x_kv), self.n_head, packing)
+        if self.rope:  # before the cache: a stored key keeps the rotation of its own position
+            k, q = self.rotary(k, kv_positions), self.rotary(q, q_positions)
         B = max(k.size(0), q.size(0))
         k, q, v = k.expand(B, -1, -1, -1), q.expand(B, -1, -1, -1), v.expand(B, -1, -1, -1)
         if cache is not None:
@@ -239,6 +279,15 @@ class CausalSelfAttention(nn.Module):
             y = attend(q, k, v, visible(q_positions, k.size(2)), self.attn_drop, self.fast, causal=False)
         y = from_heads(y, packing if x_q.dim() == 2 else None)
         return self.resid_drop(self.proj(y))
+
+
+    def rotary(self, x, positions):
+        """RoPE on queries or keys (B, nh, T, hs) at positions 0..T-1 (positions None: also
+        packed rows, which to_heads has put back at their positions), or, decoding, at each
+        row's own `positions` (B, T)."""
+        if positions is None:
+            return apply_rotary_emb(x, self.rope_cache)
+        return rotate(x, self.rope_cache[positions][:, None])
 
 
 class SynthesizerAttention(nn.Module):

@@ -4,6 +4,7 @@ import random
 import torch
 from torch.utils.data import Dataset
 
+import presets
 from utils import UsageError
 
 """
@@ -81,9 +82,13 @@ corruption example:
 2. Split the truncated document into [prefix] [masked_content] [suffix], the length of
    masked_content random and 1/4 of the truncated length on average.
 3. Rearrange into  [prefix] MASK_CHAR [suffix] MASK_CHAR [masked_content] [pad]  padded with
-   PAD_CHAR to exactly block_size characters.
+   PAD_CHAR to exactly block_size characters (the 2024-25 edition: block_size + 1).
 4. x = masked_string[:-1], y = masked_string[1:]: predict the next character everywhere.
-5. Encode both with the vocabulary as LongTensors (of length block_size - 1).
+5. Encode both with the vocabulary as LongTensors (of length block_size - 1; 2024-25: block_size).
+
+The edition (presets.EDITIONS) is the `edition` argument, else $CS224N_EDITION, else 2021-23: an
+autograder of the RoPE edition builds CharCorruptionDataset(data, block_size) with
+CS224N_EDITION=2024-25 set.
 
 Vocabulary: id 0 is PAD_CHAR, id 1 is MASK_CHAR, ids 2.. are the sorted characters of the corpus.
 Example (block_size 128 in run.py):
@@ -94,7 +99,7 @@ y: hatchig Mouradian. Khatchig Mouradian is a jour⁇and tran⁇nalist, writer �
 
 
 class CharCorruptionDataset(Dataset):
-    def __init__(self, data, block_size):
+    def __init__(self, data, block_size, edition=None):
         self.MASK_CHAR = MASK_CHAR
         self.PAD_CHAR = PAD_CHAR
 
@@ -115,6 +120,9 @@ class CharCorruptionDataset(Dataset):
         self.block_size = block_size
         self.vocab_size = vocab_size
         self.data = data.split('\n')
+        self.edition = presets.edition(edition)
+        # the masked string's length: x and y are one shorter
+        self.padded_length = block_size + presets.EDITIONS[self.edition]['extra_pad']
 
     def __len__(self):
         # returns the length of the dataset
@@ -140,10 +148,10 @@ class CharCorruptionDataset(Dataset):
         masked_content = document[start:start + masked_len]
         suffix = document[start + masked_len:]
 
-        # 3. the cut to block_size only matters for block sizes under 10, where
-        #    int(block_size*7/8) + 2 characters would not fit
+        # 3. the cut only matters for block sizes under 10, where int(block_size*7/8) + 2
+        #    characters would not fit
         masked_string = prefix + self.MASK_CHAR + suffix + self.MASK_CHAR + masked_content
-        masked_string = (masked_string + self.PAD_CHAR * self.block_size)[:self.block_size]
+        masked_string = (masked_string + self.PAD_CHAR * self.padded_length)[:self.padded_length]
 
         # 4., 5.
         x = torch.tensor([self.stoi[c] for c in masked_string[:-1]], dtype=torch.long)

@@ -7,11 +7,13 @@ GPT model:
     - all blocks feed into a central residual pathway similar to resnets
 - the final decoder is a linear projection into a vanilla Softmax classifier
 
-Three variants share this file: vanilla (CausalSelfAttention in every block), synthesizer
-(SynthesizerAttention in every block, config.synthesizer) and perceiver (config.perceiver: the
+Four variants share this file: vanilla (CausalSelfAttention in every block), synthesizer
+(SynthesizerAttention in every block, config.synthesizer), perceiver (config.perceiver: the
 first block becomes a DownProjectBlock onto bottleneck_dim learned queries, the last an
-UpProjectBlock back to the input length). Module names match the handout's, so state_dicts are
-interchangeable with it.
+UpProjectBlock back to the input length) and rope (the 2024-25 edition, config.rope: no position
+table; every attention layer rotates its queries and keys by their positions). Module names match
+the handouts', so state_dicts are interchangeable with them. (The 2024-25 starter code calls this
+file models.py: src/models.py is this module under that name.)
 
 Beyond the handout, and changing no result: training on a CPU computes only the positions that
 can change the loss (attention.Packing), and decoding keeps each layer's keys and values
@@ -35,6 +37,7 @@ class GPTConfig:
     perceiver = False
     bottleneck_dim = None
     synthesizer = False
+    rope = False
     # Not in the handout: False computes attention with the handout's written-out masked softmax,
     # True with F.scaled_dot_product_attention (same function, fused kernels). Not a parameter.
     fast_attention = True
@@ -143,9 +146,13 @@ class GPT(nn.Module):
     def __init__(self, config):
         super().__init__()
 
+        if config.rope and (config.perceiver or config.synthesizer):
+            raise ValueError('rope is a variant of the vanilla model (CausalSelfAttention only)')
         # input embedding stem
         self.tok_emb = nn.Embedding(config.vocab_size, config.n_embd)
-        self.pos_emb = nn.Parameter(torch.zeros(1, config.block_size, config.n_embd))
+        self.rope = config.rope
+        if not config.rope:  # with RoPE, positions enter through the attention layers only
+            self.pos_emb = nn.Parameter(torch.zeros(1, config.block_size, config.n_embd))
         self.drop = Dropout(config.embd_pdrop, config)
 
         # transformer
@@ -226,14 +233,18 @@ class GPT(nn.Module):
         `positions` (B, T), rows standing at different positions. `caches` (decoding) store the
         keys and values of every attention layer."""
         # forward the GPT model
-        token_embeddings = self.tok_emb(idx)  # each index maps to a (learnable) vector
-        if packing is not None:
-            position_embeddings = self.pos_emb[0, packing.positions]
-        elif positions is not None:
-            position_embeddings = self.pos_emb[0, positions]
-        else:
-            position_embeddings = self.pos_emb[:, :idx.size(1), :]  # each position maps to a (learnable) vector
-        x_input = self.drop(token_embeddings + position_embeddings)
+        x_input = self.tok_emb(idx)  # each index maps to a (learnable) vector
+        if not self.rope:
+            if packing is not None:
+                # a lookup, as tok_emb's: its gradient is summed in a fixed order (indexing's
+                # backward accumulates repeated positions in an order that varies with threads)
+                position_embeddings = F.embedding(packing.positions, self.pos_emb[0])
+            elif positions is not None:
+                position_embeddings = self.pos_emb[0, positions]
+            else:
+                position_embeddings = self.pos_emb[:, :idx.size(1), :]  # each position maps to a (learnable) vector
+            x_input = x_input + position_embeddings
+        x_input = self.drop(x_input)
 
         if not self.perceiver:
             x = x_input

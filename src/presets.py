@@ -2,9 +2,11 @@
 
 `handout` is the assignment's run.py, value for value, and the default. The others are labelled
 for what they are: shorter schedules for machines without a GPU, not the handout's settings.
+The editions of the assignment (EDITIONS) differ in a few of these facts.
 A preset only fills in what a command line leaves unset: `--max_epochs`, `--batch_size`,
 `--pretrain_lr`, `--finetune_lr` given explicitly always win.
 """
+import os
 
 # The model: "known to work, don't change" (run.py's GPTConfig call and block_size)
 MODEL = dict(n_layer=4, n_head=8, n_embd=256)
@@ -28,6 +30,39 @@ HANDOUT = {
 # weight_decay is minGPT's TrainerConfig default (on matmul weights), which run.py keeps.
 # final_tokens is 200 * len(pretrain_dataset) * block_size in every handout stage (the
 # pretraining corpus's length, even when finetuning), hence "per example" of that corpus.
+
+
+# The editions of the assignment, where their starter code differs. '2021-23': the synthesizer
+# (2021-22) and perceiver (2022-23) handouts, the default. '2024-25': the RoPE edition (Spring
+# 2024 and Winter 2025): its CharCorruptionDataset pads the masked string to block_size + 1
+# characters (x and y block_size long, not block_size - 1), its pretraining's final_tokens is
+# 650 x len(pretrain_dataset) x block_size (not 200 x), its tensorboard folder has no
+# bottleneck_dim. run.py's --edition picks one; a variant of one edition only (synthesizer,
+# perceiver, rope) implies it; otherwise the environment variable CS224N_EDITION, then the default.
+EDITION_ENV = 'CS224N_EDITION'
+DEFAULT_EDITION = '2021-23'
+EDITIONS = {
+    '2021-23': dict(variants=('vanilla', 'synthesizer', 'perceiver'), extra_pad=0,
+                    handout={}),
+    '2024-25': dict(variants=('vanilla', 'rope'), extra_pad=1,
+                    handout={'pretrain': dict(final_tokens_per_example=650 * BLOCK_SIZE)}),
+}
+
+
+def edition(name=None, variant=None):
+    """The edition's name: `name` if given (checked), else the only edition that has `variant`,
+    else $CS224N_EDITION, else the default. A bad name is a UsageError."""
+    from utils import UsageError
+    if name is None:
+        having = [e for e, values in EDITIONS.items() if variant in values['variants']]
+        if len(having) == 1:
+            return having[0]
+        name, where = os.environ.get(EDITION_ENV) or DEFAULT_EDITION, EDITION_ENV
+    else:
+        where = '--edition'
+    if name not in EDITIONS:
+        raise UsageError(f'{where} {name!r}: no such edition (choose from {", ".join(EDITIONS)})')
+    return name
 
 
 def _preset(model=None, rehearsal_lead=None, **stage_changes):
@@ -69,9 +104,13 @@ PRESETS = {
 }
 
 
-def stage_values(preset, stage):
-    """The trainer settings of `stage` ('pretrain', 'finetune_scratch', 'finetune_pretrained')."""
-    return dict(PRESETS[preset][stage])
+def stage_values(preset, stage, edition=DEFAULT_EDITION):
+    """The trainer settings of `stage` ('pretrain', 'finetune_scratch', 'finetune_pretrained');
+    the `handout` preset's are those of the edition's run.py."""
+    values = dict(PRESETS[preset][stage])
+    if preset == 'handout':
+        values.update(EDITIONS[edition]['handout'].get(stage, {}))
+    return values
 
 
 def rehearsal_lead(preset):

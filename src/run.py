@@ -6,8 +6,9 @@
     python src/run.py evaluate vanilla wiki.txt --reading_params_path vanilla.finetune.params \
         --eval_corpus_path birth_dev.tsv --outputs_path vanilla.pretrain.dev.predictions
 
-Every flag of both handout editions works as there, with the handout's values as defaults (see
-presets.py). Flags the handout does not have only change how fast or how long a run is.
+Every flag of the handout editions (2021-22 synthesizer, 2022-23 perceiver, 2024-25 rope) works as
+there, with the handout's values as defaults (see presets.py). Flags the handout does not have
+only change how fast or how long a run is.
 """
 import atexit
 import os
@@ -27,13 +28,13 @@ from decode import greedy_complete
 from utils import OneLineParser, UsageError
 
 FUNCTIONS = ('pretrain', 'finetune', 'evaluate')
-VARIANTS = ('vanilla', 'synthesizer', 'perceiver')
+VARIANTS = ('vanilla', 'synthesizer', 'perceiver', 'rope')
 
 
 def parse_args(argv=None):
     argp = OneLineParser(prog='python src/run.py', description=__doc__.split('\n')[0])
     argp.add_argument('function', choices=FUNCTIONS, help="Choose pretrain, finetune, or evaluate")
-    argp.add_argument('variant', choices=VARIANTS, help="Choose vanilla, synthesizer or perceiver")
+    argp.add_argument('variant', choices=VARIANTS, help="Choose vanilla, synthesizer, perceiver or rope")
     argp.add_argument('pretrain_corpus_path', default=None)
     argp.add_argument('--bottleneck_dim', type=int, default=presets.BOTTLENECK_DIM)
     argp.add_argument('--reading_params_path', default=None)
@@ -48,6 +49,11 @@ def parse_args(argv=None):
     extra = argp.add_argument_group('not in the handout (unset, they change nothing)')
     extra.add_argument('--preset', choices=sorted(presets.PRESETS), default='handout',
                        help='named training schedule (presets.py); default: the handout\'s')
+    extra.add_argument('--edition', choices=sorted(presets.EDITIONS), default=None,
+                       help='the handout edition whose starter code to follow: 2021-23 '
+                            '(synthesizer, perceiver) or 2024-25 (rope); default: the '
+                            'variant\'s, else $%s, else %s' % (presets.EDITION_ENV,
+                                                               presets.DEFAULT_EDITION))
     extra.add_argument('--max_epochs', type=int, default=None)
     extra.add_argument('--batch_size', type=int, default=None)
     extra.add_argument('--seed', type=int, default=0, help='seeds python, torch (default 0)')
@@ -153,6 +159,8 @@ def describe_params(state):
         return f'a perceiver model with bottleneck_dim {state["down_block.C"].shape[1]}'
     if any(k.endswith('attn.w2') for k in state):
         return 'a synthesizer model'
+    if any(k.endswith('attn.rope_cache') for k in state):
+        return 'a rope model'
     return 'a vanilla model'
 
 
@@ -202,11 +210,13 @@ def build_model(args, vocab_size, block_size, device):
     elif args.variant == 'perceiver':
         mconf.perceiver = True
         mconf.bottleneck_dim = args.bottleneck_dim
+    elif args.variant == 'rope':
+        mconf.rope = True
     return model.GPT(mconf).to(device)
 
 
 def train(gpt, data, args, stage, pretrain_len, lr, device, writer, path):
-    values = presets.stage_values(args.preset, stage)
+    values = presets.stage_values(args.preset, stage, args.edition)
     final = values.pop('final_tokens_per_example') * pretrain_len
     for key in ('max_epochs', 'batch_size'):
         if getattr(args, key) is not None:
@@ -228,7 +238,7 @@ def train(gpt, data, args, stage, pretrain_len, lr, device, writer, path):
                 os.remove(tconf.resume_path)
 
 
-def read_corpus(corpus_path):
+def read_corpus(corpus_path, edition=None):
     """The pretraining corpus's CharCorruptionDataset (which also gives every stage its
     vocabulary); a file that is not UTF-8, is empty or holds a reserved character is an error
     naming it."""
@@ -236,7 +246,7 @@ def read_corpus(corpus_path):
     if not text.strip():
         raise UsageError(f'pretrain_corpus_path {corpus_path} is empty')
     try:
-        return dataset.CharCorruptionDataset(text, presets.BLOCK_SIZE)
+        return dataset.CharCorruptionDataset(text, presets.BLOCK_SIZE, edition)
     except UsageError as e:  # the reserved characters: say which file, and which line
         line = next((f' line {i}' for i, s in enumerate(text.split('\n'), 1)
                      if dataset.MASK_CHAR in s or dataset.PAD_CHAR in s), '')
@@ -326,6 +336,17 @@ def evaluate(gpt, args, corpus, prompts, vocab, device):
         print('Predictions written to {}; no targets provided'.format(args.outputs_path))
 
 
+def tensorboard_dir(args):
+    """The handout's folder for the run's tensorboard logs (2024-25: without bottleneck_dim)."""
+    name = f'{args.tb_expt_name}_{args.variant}'
+    if args.edition == '2021-23':
+        name += f'_{args.bottleneck_dim}'
+    return 'expt/%s/%s_pt_lr_%f_ft_lr_%f' % (
+        args.function, name,
+        args.pretrain_lr if args.pretrain_lr is not None else presets.HANDOUT['pretrain']['learning_rate'],
+        args.finetune_lr if args.finetune_lr is not None else presets.HANDOUT['finetune_scratch']['learning_rate'])
+
+
 def run(args):
     # check everything the run will need before spending any time on it
     if args.bottleneck_dim <= 0 or args.bottleneck_dim > presets.BLOCK_SIZE:
@@ -354,6 +375,12 @@ def run(args):
 
     if args.dropout is not None and not 0 <= args.dropout < 1:
         raise UsageError(f'--dropout must be in [0, 1), not {args.dropout}')
+    explicit = args.edition is not None
+    args.edition = presets.edition(args.edition, args.variant)
+    if args.variant not in presets.EDITIONS[args.edition]['variants']:
+        raise UsageError(f'--edition {args.edition} has the variants '
+                         f'{", ".join(presets.EDITIONS[args.edition]["variants"])}, not {args.variant}'
+                         + ('' if explicit else f' (from {presets.EDITION_ENV})'))
     if args.resume and args.function == 'evaluate':
         raise UsageError('--resume is for pretrain and finetune')
     if args.resume and not os.path.isfile(args.writing_params_path + '.ckpt'):
@@ -362,7 +389,7 @@ def run(args):
     device = init_distributed(pick_device(args.device))
     utils.set_seed(args.seed)
 
-    pretrain_dataset = read_corpus(corpus_path)
+    pretrain_dataset = read_corpus(corpus_path, args.edition)
 
     # read and check the other inputs before building anything (none of this draws random numbers,
     # so the model's initialisation is the handout's)
@@ -387,10 +414,7 @@ def run(args):
         load_params(gpt, args.reading_params_path, args, device)
 
     from torch.utils.tensorboard import SummaryWriter  # slow import: only once the input is known good
-    writer = None if RANK != 0 else SummaryWriter(log_dir='expt/%s/%s_%s_%d_pt_lr_%f_ft_lr_%f' % (
-        args.function, args.tb_expt_name, args.variant, args.bottleneck_dim,
-        args.pretrain_lr if args.pretrain_lr is not None else presets.HANDOUT['pretrain']['learning_rate'],
-        args.finetune_lr if args.finetune_lr is not None else presets.HANDOUT['finetune_scratch']['learning_rate']))
+    writer = None if RANK != 0 else SummaryWriter(log_dir=tensorboard_dir(args))
     try:
         if args.function == 'pretrain':
             train(gpt, pretrain_dataset, args, 'pretrain', len(pretrain_dataset), args.pretrain_lr,

@@ -1,5 +1,6 @@
 """A plain re-implementation of the handout's model code (CS224N a5 starter code, 2021-22 edition
-with the synthesizer and 2022-23 edition with the perceiver), written for the tests only.
+with the synthesizer and 2022-23 edition with the perceiver; a4 of 2024-25 with RoPE), written
+for the tests only.
 
 It mirrors the starter code's module names, parameter shapes and arithmetic as SPEC.md records
 them, with every step written out (no fused kernels, no caches, no shared helpers with src/), so
@@ -20,6 +21,7 @@ class RefGPTConfig:
     perceiver = False
     bottleneck_dim = None
     synthesizer = False
+    rope = False
 
     def __init__(self, vocab_size, block_size, **kwargs):
         self.vocab_size = vocab_size
@@ -32,6 +34,29 @@ def _tril_buffer(size):
     return torch.tril(torch.ones(size, size)).view(1, 1, size, size)
 
 
+# ---- RoPE as the 2024-25 edition's handout writes it (eq. 3/4), with complex numbers ----------
+
+def ref_rope_cache(dim, max_positions):
+    """(max_positions, dim/2, 2): cos and sin of t * theta_i, theta_i = 10000^(-2(i-1)/dim),
+    i = 1..dim/2, one entry at a time."""
+    cache = torch.zeros(max_positions, dim // 2, 2)
+    for t in range(max_positions):
+        for i in range(1, dim // 2 + 1):
+            angle = t * 10000.0 ** (-2 * (i - 1) / dim)
+            cache[t, i - 1, 0] = math.cos(angle)
+            cache[t, i - 1, 1] = math.sin(angle)
+    return cache
+
+
+def ref_apply_rope(x, cache):
+    """x (B, nh, T, hs): (x(2i-1) + i x(2i)) * (cos t theta_i + i sin t theta_i), the cache cut
+    to the sequence's length."""
+    T = x.size(-2)
+    z = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2).contiguous())
+    rot = torch.view_as_complex(cache[:T].contiguous())
+    return torch.view_as_real(z * rot).reshape(x.shape)
+
+
 class RefCausalSelfAttention(nn.Module):
     def __init__(self, config):
         super().__init__()
@@ -42,6 +67,10 @@ class RefCausalSelfAttention(nn.Module):
         self.attn_drop = nn.Dropout(config.attn_pdrop)
         self.resid_drop = nn.Dropout(config.resid_pdrop)
         self.proj = nn.Linear(config.n_embd, config.n_embd)
+        self.rope = config.rope
+        if self.rope:
+            self.register_buffer("rope_cache", ref_rope_cache(config.n_embd // config.n_head,
+                                                              config.block_size))
         self.register_buffer("mask", _tril_buffer(config.block_size))
         self.n_head = config.n_head
 
@@ -51,6 +80,8 @@ class RefCausalSelfAttention(nn.Module):
         k = self.key(x).view(B, T, self.n_head, hs).transpose(1, 2)
         q = self.query(x).view(B, T, self.n_head, hs).transpose(1, 2)
         v = self.value(x).view(B, T, self.n_head, hs).transpose(1, 2)
+        if self.rope:
+            q, k = ref_apply_rope(q, self.rope_cache), ref_apply_rope(k, self.rope_cache)
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
         att = att.masked_fill(self.mask[:, :, :T, :T] == 0, -1e10)
         att = F.softmax(att, dim=-1)
@@ -188,7 +219,9 @@ class RefGPT(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.tok_emb = nn.Embedding(config.vocab_size, config.n_embd)
-        self.pos_emb = nn.Parameter(torch.zeros(1, config.block_size, config.n_embd))
+        self.rope = config.rope
+        if not config.rope:  # 2024-25: with rope there is no position table at all
+            self.pos_emb = nn.Parameter(torch.zeros(1, config.block_size, config.n_embd))
         self.drop = nn.Dropout(config.embd_pdrop)
         self.perceiver = config.perceiver
         if config.perceiver:
@@ -220,7 +253,10 @@ class RefGPT(nn.Module):
     def forward(self, idx, targets=None):
         b, t = idx.size()
         assert t <= self.block_size
-        x_input = self.drop(self.tok_emb(idx) + self.pos_emb[:, :t, :])
+        x_input = self.tok_emb(idx)
+        if not self.rope:
+            x_input = x_input + self.pos_emb[:, :t, :]
+        x_input = self.drop(x_input)
         x = self.down_block(x_input) if self.perceiver else x_input
         x = self.blocks(x)
         if self.perceiver:

@@ -50,6 +50,8 @@ def handout_state_shapes(variant, bottleneck_dim=None):
         extra = dict(synthesizer=True)
     elif variant == 'perceiver':
         extra = dict(perceiver=True, bottleneck_dim=bottleneck_dim)
+    elif variant == 'rope':
+        extra = dict(rope=True)
     vocab = len(set(CORPUS)) + 2
     ref = RefGPT(RefGPTConfig(vocab, 128, n_layer=4, n_head=8, n_embd=256, **extra))
     return {k: tuple(v.shape) for k, v in ref.state_dict().items()}
@@ -60,6 +62,8 @@ VARIANTS = {
     'vanilla': ([], 32, '0.006000', '0.000600'),
     'synthesizer': (['--finetune_lr', '1e-3'], 32, '0.006000', '0.001000'),
     'perceiver': (['--bottleneck_dim', '16', '--pretrain_lr', '3e-3'], 16, '0.003000', '0.000600'),
+    # the 2024-25 edition: no bottleneck_dim in its tensorboard folder
+    'rope': ([], None, '0.006000', '0.000600'),
 }
 
 
@@ -130,7 +134,7 @@ def test_params_files_are_the_handouts(pipeline):
 def test_tensorboard_dirs(pipeline):
     variant, d, procs = pipeline
     _, bottleneck, pt_lr, ft_lr = VARIANTS[variant]
-    name = f'run_{variant}_{bottleneck}_pt_lr_{pt_lr}_ft_lr_{ft_lr}'
+    name = f'run_{variant}' + (f'_{bottleneck}' if bottleneck else '') + f'_pt_lr_{pt_lr}_ft_lr_{ft_lr}'
     for function in ('pretrain', 'finetune'):
         folder = d / 'expt' / function / name
         assert folder.is_dir(), sorted(p.name for p in (d / 'expt' / function).iterdir())
@@ -213,6 +217,30 @@ def test_params_of_another_variant_are_refused(tmp_path):
     assert not (tmp_path / 'p.params').exists()
 
 
+@pytest.mark.parametrize('saved,asked', [('vanilla', 'rope'), ('rope', 'vanilla')])
+def test_rope_and_vanilla_params_are_refused_naming_both(tmp_path, saved, asked):
+    write_inputs(tmp_path)
+    from model import GPT, GPTConfig
+    gpt = GPT(GPTConfig(len(set(CORPUS)) + 2, 128, n_layer=4, n_head=8, n_embd=256,
+                        rope=saved == 'rope'))
+    torch.save(gpt.state_dict(), tmp_path / f'{saved}.params')
+    proc = cli(['evaluate', asked, 'corpus.txt', '--reading_params_path', f'{saved}.params',
+                '--eval_corpus_path', 'dev.tsv', '--outputs_path', 'dev.predictions'] + FAST, tmp_path)
+    line = one_error_line(proc)
+    assert f'params are a {saved} model, you asked for a {asked} model' in line
+    assert not (tmp_path / 'dev.predictions').exists()
+
+
+def test_edition_and_variant_must_agree(tmp_path):
+    write_inputs(tmp_path)
+    for variant, edition in (('synthesizer', '2024-25'), ('rope', '2021-23')):
+        proc = cli(['pretrain', variant, 'corpus.txt', '--writing_params_path', 'x.params',
+                    '--edition', edition] + FAST, tmp_path)
+        line = one_error_line(proc)
+        assert f'--edition {edition}' in line and variant in line
+    assert not (tmp_path / 'x.params').exists()
+
+
 def test_params_of_other_sizes_are_one_error_line(tmp_path):
     """A params file of a narrower model than the handout's (another preset's, say): reading it
     is one error line naming the file and the likely cause."""
@@ -256,3 +284,10 @@ def test_london_baseline(where, tmp_path):
                           cwd=cwd, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines() == ['Correct: 25.0 out of 500.0: 5.0%']
+    # the 2024-25 edition's file for its submission, in the folder it was run from
+    written = os.path.join(cwd, 'london_baseline_accuracy.txt')
+    with open(written, encoding='utf-8') as f:
+        content = f.read()
+    if where == 'repo':
+        os.remove(written)
+    assert content == '5.0\n'

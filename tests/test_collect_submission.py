@@ -11,6 +11,7 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO, 'collect_submission.sh')
 ZIP = 'assignment5_submission.zip'
+ZIP4 = 'assignment4_submission.zip'  # the 2024-25 (rope) edition's
 DEV_LINES, TEST_LINES = 500, 437
 DATA = ['wiki.txt', 'birth_places_train.tsv', 'birth_dev.tsv', 'birth_test_inputs.tsv']
 COMMON = ['vanilla.model.params', 'vanilla.nopretrain.dev.predictions',
@@ -20,7 +21,12 @@ COMMON = ['vanilla.model.params', 'vanilla.nopretrain.dev.predictions',
 
 def edition_files(edition):
     return [f'{edition}.finetune.params', f'{edition}.pretrain.dev.predictions',
-            f'{edition}.pretrain.test.predictions']
+            f'{edition}.pretrain.test.predictions'] + (
+        ['london_baseline_accuracy.txt'] if edition == 'rope' else [])
+
+
+def zip_name(edition):
+    return ZIP4 if edition == 'rope' else ZIP
 
 
 def src_members():
@@ -54,6 +60,8 @@ def make_outputs(folder, edition):
         path = folder / name
         if name.endswith('.params'):
             path.write_bytes(b'PK\x03\x04 fake state_dict ' + name.encode())
+        elif name.endswith('.txt'):
+            path.write_text('5.0\n')
         elif '.dev.' in name:
             write_lines(path, DEV_LINES)
         else:
@@ -77,22 +85,27 @@ def workdir(tmp_path):
 
 
 @pytest.mark.parametrize('edition,explicit', [('synthesizer', False), ('synthesizer', True),
-                                              ('perceiver', False), ('perceiver', True)])
+                                              ('perceiver', False), ('perceiver', True),
+                                              ('rope', False), ('rope', True)])
 def test_complete_submission_is_zipped(workdir, edition, explicit):
+    """2021-23: assignment5_submission.zip with src/, the data and the files; 2024-25 (rope):
+    assignment4_submission.zip with src/, the files and london_baseline_accuracy.txt, no data."""
     make_outputs(workdir, edition)
     r = run(workdir, *(['--edition', edition] if explicit else []))
     assert r.returncode == 0, r.stdout + r.stderr
     assert f'edition: {edition}' in r.stdout
-    assert leftovers(workdir) == [ZIP]
-    with zipfile.ZipFile(workdir / ZIP) as z:
+    zipped = zip_name(edition)
+    assert leftovers(workdir) == [zipped]
+    data = DATA if edition != 'rope' else []
+    with zipfile.ZipFile(workdir / zipped) as z:
         assert z.testzip() is None
         names = set(z.namelist())
-        expected = src_members() | set(DATA) | set(COMMON) | set(edition_files(edition))
+        expected = src_members() | set(data) | set(COMMON) | set(edition_files(edition))
         assert names == expected
-        assert 'src/run.py' in names and 'src/model.py' in names
-        other = 'perceiver' if edition == 'synthesizer' else 'synthesizer'
-        assert not any(n.startswith(other) for n in names)
-        for name in COMMON + edition_files(edition) + DATA:
+        assert 'src/run.py' in names and 'src/model.py' in names and 'src/models.py' in names
+        others = {'synthesizer', 'perceiver', 'rope'} - {edition}
+        assert not any(n.startswith(tuple(others)) for n in names)
+        for name in COMMON + edition_files(edition) + data:
             assert z.read(name) == (workdir / name).read_bytes(), name
 
 
@@ -109,7 +122,7 @@ def test_dir_and_output_flags(workdir, tmp_path_factory):
     assert not (workdir / ZIP).exists()
 
 
-@pytest.mark.parametrize('edition', ['synthesizer', 'perceiver'])
+@pytest.mark.parametrize('edition', ['synthesizer', 'perceiver', 'rope'])
 @pytest.mark.parametrize('victim', ['vanilla.model.params', 'vanilla.pretrain.test.predictions',
                                     '{e}.finetune.params', '{e}.pretrain.dev.predictions'])
 def test_missing_file_refused(workdir, edition, victim):
@@ -122,7 +135,7 @@ def test_missing_file_refused(workdir, edition, victim):
     assert leftovers(workdir) == []
 
 
-@pytest.mark.parametrize('edition', ['synthesizer', 'perceiver'])
+@pytest.mark.parametrize('edition', ['synthesizer', 'perceiver', 'rope'])
 @pytest.mark.parametrize('victim', ['vanilla.finetune.params', '{e}.pretrain.test.predictions'])
 def test_empty_file_refused(workdir, edition, victim):
     make_outputs(workdir, edition)
@@ -134,7 +147,7 @@ def test_empty_file_refused(workdir, edition, victim):
     assert leftovers(workdir) == []
 
 
-@pytest.mark.parametrize('edition', ['synthesizer', 'perceiver'])
+@pytest.mark.parametrize('edition', ['synthesizer', 'perceiver', 'rope'])
 @pytest.mark.parametrize('victim,lines,want', [
     ('vanilla.nopretrain.dev.predictions', DEV_LINES - 1, DEV_LINES),
     ('{e}.pretrain.dev.predictions', DEV_LINES + 1, DEV_LINES),
@@ -180,6 +193,14 @@ def test_line_counts_follow_the_tsv(workdir):
     r = run(workdir)
     assert r.returncode == 1
     assert f'{TEST_LINES} lines, expected 10 (one per line of birth_test_inputs.tsv)' in r.stderr
+
+
+def test_rope_edition_needs_the_london_baseline_file(workdir):
+    make_outputs(workdir, 'rope')
+    os.remove(workdir / 'london_baseline_accuracy.txt')
+    r = run(workdir)
+    assert r.returncode == 1 and 'london_baseline_accuracy.txt: missing' in r.stderr
+    assert leftovers(workdir) == []
 
 
 def test_ambiguous_or_unknown_edition(workdir):

@@ -35,7 +35,8 @@ def decode(ds, t):
 
 
 def full_string(ds, x, y):
-    """The block_size-long masked string x and y were cut from: x + last char of y."""
+    """The masked string x and y were cut from (block_size long; 2024-25: block_size + 1):
+    x + last char of y."""
     return decode(ds, x) + ds.itos[int(y[-1])]
 
 
@@ -48,15 +49,17 @@ def parse(s):
     return prefix, masked, suffix, len(rest) - len(masked)
 
 
-def check_example(ds, x, y, document):
-    """Shapes and layout of one example; returns (truncated_len, masked_len)."""
+def check_example(ds, x, y, document, edition='2021-23'):
+    """Shapes and layout of one example; returns (truncated_len, masked_len). x and y are
+    block_size - 1 long in the 2021-23 editions, block_size long in the 2024-25 one."""
     bs = ds.block_size
+    n = bs - 1 if edition == '2021-23' else bs
     assert isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)
     assert x.dtype == torch.long and y.dtype == torch.long
-    assert x.shape == (bs - 1,) and y.shape == (bs - 1,)
+    assert x.shape == (n,) and y.shape == (n,)
     assert torch.equal(x[1:], y[:-1])
     s = full_string(ds, x, y)
-    assert len(s) == bs
+    assert len(s) == n + 1
     prefix, masked, suffix, n_pad = parse(s)
     assert document.startswith(prefix)
     assert document[len(prefix):].startswith(masked)
@@ -108,32 +111,63 @@ def test_len_is_number_of_newline_split_lines(text, n):
 
 # ---- every example ----------------------------------------------------------------------------
 
+EDITIONS = ['2021-23', '2024-25']
+
+
+@pytest.mark.parametrize('edition', EDITIONS)
 @pytest.mark.parametrize('bs', BLOCK_SIZES)
-def test_examples_layout(bs):
+def test_examples_layout(bs, edition):
     random.seed(bs)
-    ds = dataset.CharCorruptionDataset(CORPUS, bs)
+    ds = dataset.CharCorruptionDataset(CORPUS, bs, edition)
     docs = CORPUS.split('\n')
     assert len(ds) == len(docs)
     for _ in range(100):
         for idx in range(len(ds)):
             x, y = ds[idx]
-            check_example(ds, x, y, docs[idx])
+            check_example(ds, x, y, docs[idx], edition)
 
 
+@pytest.mark.parametrize('edition', EDITIONS)
 @pytest.mark.parametrize('bs', BLOCK_SIZES)
-def test_short_and_empty_documents(bs):
+def test_short_and_empty_documents(bs, edition):
     docs = ['', 'a', 'ab', 'abc', '', 'abcd']
-    ds = dataset.CharCorruptionDataset('\n'.join(docs), bs)
+    ds = dataset.CharCorruptionDataset('\n'.join(docs), bs, edition)
     assert len(ds) == len(docs)
     random.seed(0)
     for _ in range(30):
         for idx, doc in enumerate(docs):
             x, y = ds[idx]
-            truncated, masked = check_example(ds, x, y, doc)
+            truncated, masked = check_example(ds, x, y, doc, edition)
             if len(doc) < 4:  # shorter than every truncation length: kept whole
                 assert truncated == len(doc)
             if doc:
                 assert masked >= 1
+
+
+def test_edition_from_the_environment_as_an_autograder_builds_it(monkeypatch):
+    """CharCorruptionDataset(data, block_size), the two-argument call of every edition's run.py
+    and autograder: 2021-23 by default, the RoPE edition's lengths with CS224N_EDITION=2024-25,
+    the same corruption either way (same seed, same draws: only the padding differs)."""
+    examples = {}
+    for value in (None, '2024-25', '2021-23'):
+        if value is None:
+            monkeypatch.delenv('CS224N_EDITION', raising=False)
+        else:
+            monkeypatch.setenv('CS224N_EDITION', value)
+        random.seed(3)
+        ds = dataset.CharCorruptionDataset(CORPUS, 64)
+        examples[value] = [ds[i] for i in range(len(ds))]
+    assert all(x.shape == (63,) for x, _ in examples[None] + examples['2021-23'])
+    assert all(x.shape == (64,) and y.shape == (64,) for x, y in examples['2024-25'])
+    for (x_old, y_old), (x_new, y_new) in zip(examples[None], examples['2024-25']):
+        assert torch.equal(x_new[:63], x_old) and torch.equal(y_new[:63], y_old)
+        assert int(y_new[63]) == 0  # one more PAD
+
+
+def test_unknown_edition_in_the_environment_is_a_usage_error(monkeypatch):
+    monkeypatch.setenv('CS224N_EDITION', '2019')
+    with pytest.raises(utils.UsageError, match='CS224N_EDITION'):
+        dataset.CharCorruptionDataset(CORPUS, 64)
 
 
 # ---- the distribution of the corruption --------------------------------------------------------

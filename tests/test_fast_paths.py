@@ -10,7 +10,7 @@
 - Dropout: attention.Dropout's cheaper draws on a CPU drop with nn.Dropout's probability,
   independently, scale and pass gradients as it does, and give the model the same mean loss.
 - Training: skipping the positions that cannot change the loss (trim_padding, and the model's
-  packed_loss) gives the loss and gradients of the full batch, for all three variants (the
+  packed_loss) gives the loss and gradients of the full batch, for all four variants (the
   perceiver also with inputs shorter than its bottleneck); and a short run of trainer.Trainer
   matches a plain handout loop (same seed, same batches, dropout 0) within float noise in fp32
   (also torch.compile'd) and within a small tolerance in bf16.
@@ -37,7 +37,7 @@ TSV = ''.join(f'Where was {n} born?\t{p}\n' for n, p in [
     ('Ada Lovelace', 'London'), ('Alan Turing', 'London'), ('Marie Curie', 'Warsaw'),
     ('Niels Bohr', 'Copenhagen'), ('Emmy Noether', 'Erlangen'), ('Srinivasa Ramanujan', 'Erode')])
 VARIANTS = {'vanilla': {}, 'synthesizer': {'synthesizer': True},
-            'perceiver': {'perceiver': True, 'bottleneck_dim': 8}}
+            'perceiver': {'perceiver': True, 'bottleneck_dim': 8}, 'rope': {'rope': True}}
 
 
 def tiny(vocab, overrides, fast=True, skip_padding=True, dropout=0.1, block_size=128, n_layer=3):
@@ -132,8 +132,9 @@ def test_batched_decoding_is_the_handouts_loop_token_for_token(name):
 
 # ---- attention: the fused kernel and the written-out math ---------------------------------------
 
-def attention_pair(cls, seed):
-    conf = model.GPTConfig(30, 40, n_layer=1, n_head=4, n_embd=32, attn_pdrop=0.0, resid_pdrop=0.0)
+def attention_pair(cls, seed, **overrides):
+    conf = model.GPTConfig(30, 40, n_layer=1, n_head=4, n_embd=32, attn_pdrop=0.0, resid_pdrop=0.0,
+                           **overrides)
     torch.manual_seed(seed)
     fast = cls(conf)
     with torch.no_grad():
@@ -154,10 +155,11 @@ def grads(mod, inputs):
     ('self', [(2, 17, 32)]),
     ('cross', [(3, 30, 32), (1, 8, 32)]),   # the perceiver's down projection: C as queries
     ('cross', [(3, 8, 32), (3, 30, 32)]),   # the up projection: more queries than keys
+    ('rope', [(3, 40, 32)]),
 ])
 def test_sdpa_and_plain_attention_agree_with_gradients(kind, shapes):
-    cls = attention.CausalSelfAttention if kind == 'self' else attention.CausalCrossAttention
-    fast, plain = attention_pair(cls, 4)
+    cls = attention.CausalCrossAttention if kind == 'cross' else attention.CausalSelfAttention
+    fast, plain = attention_pair(cls, 4, rope=kind == 'rope')
     gen = torch.Generator().manual_seed(5)
     xs = [torch.randn(s, generator=gen) for s in shapes]
     results = []
@@ -282,6 +284,7 @@ def pad_batch(lengths, vocab, T=60, seed=6):
     ('synthesizer', {'synthesizer': True}, [59, 3, 17, 1, 41, 9]),
     ('perceiver', {'perceiver': True, 'bottleneck_dim': 16}, [60, 3, 17, 30, 9, 12]),
     ('perceiver-short', {'perceiver': True, 'bottleneck_dim': 16}, [3, 9, 12, 5, 7]),  # T < m
+    ('rope', {'rope': True}, [60, 3, 17, 0, 41, 9, 60, 25]),
 ])
 def test_skipped_positions_change_neither_loss_nor_gradients(name, overrides, lengths):
     vocab = 30

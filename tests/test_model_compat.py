@@ -13,7 +13,7 @@ import attention
 import model
 import utils
 from decode import greedy_complete
-from handout_reference import RefGPT, RefGPTConfig
+from handout_reference import RefGPT, RefGPTConfig, ref_apply_rope, ref_rope_cache
 
 VOCAB = 23
 BLOCK = 128
@@ -25,6 +25,7 @@ VARIANTS = [
     ('synthesizer', dict(synthesizer=True)),
     ('perceiver8', dict(perceiver=True, bottleneck_dim=8)),
     ('perceiver64', dict(perceiver=True, bottleneck_dim=64)),
+    ('rope', dict(rope=True)),
 ]
 VARIANT_IDS = [name for name, _ in VARIANTS]
 
@@ -149,6 +150,62 @@ def test_params_load_both_ways_and_logits_agree(name, overrides, fast):
         torch.testing.assert_close(gpt2(idx_full)[0], ref2(idx_full)[0], atol=1e-5, rtol=1e-4)
         # and it is not the same function as the first model (the load did something)
         assert not torch.allclose(gpt2(idx_full)[0], gpt(idx_full)[0], atol=1e-3)
+
+
+# ---- RoPE (2024-25 edition) ------------------------------------------------------------------
+
+def test_rope_state_dict_is_the_2024_starters():
+    """No pos_emb; a float32 rope_cache (block_size, head_size/2, 2) in every attention layer,
+    saved with the params, just before the mask: 76 keys and 3,290,624 parameters for the
+    handout's sizes and wiki.txt's vocabulary of 256 (vanilla: 73 keys, 3,323,392)."""
+    counts = {}
+    for rope in (False, True):
+        gpt = model.GPT(model.GPTConfig(256, BLOCK, n_layer=4, n_head=8, n_embd=256, rope=rope))
+        state = gpt.state_dict()
+        counts[rope] = (len(state), sum(p.numel() for p in gpt.parameters()))
+        if rope:
+            assert 'pos_emb' not in state and not hasattr(gpt, 'pos_emb')
+            cache = state['blocks.2.attn.rope_cache']
+            assert cache.shape == (BLOCK, 16, 2) and cache.dtype == torch.float32
+            keys = list(state)
+            assert keys.index('blocks.0.attn.rope_cache') + 1 == keys.index('blocks.0.attn.mask')
+            torch.testing.assert_close(cache, ref_rope_cache(32, BLOCK), atol=2e-5, rtol=0)
+    assert counts == {False: (73, 3323392), True: (76, 3290624)}
+
+
+def test_rope_functions_are_the_handouts_rotation():
+    """precompute_rotary_emb and apply_rotary_emb (the starter's names and signatures) against
+    the rotation written out with complex numbers (handout eq. 4): adjacent pairs, cos then sin,
+    decaying frequencies, the cache cut to the sequence's length."""
+    cache = attention.precompute_rotary_emb(8, 50)
+    assert cache.shape == (50, 4, 2)
+    torch.testing.assert_close(cache, ref_rope_cache(8, 50), atol=1e-5, rtol=0)
+    assert torch.equal(cache[0, :, 0], torch.ones(4)) and torch.equal(cache[0, :, 1], torch.zeros(4))
+    x = torch.randn(2, 3, 17, 8)
+    torch.testing.assert_close(attention.apply_rotary_emb(x, cache), ref_apply_rope(x, cache),
+                               atol=1e-6, rtol=1e-5)
+    # a rotation: lengths of the pairs kept; position 0 unchanged, the others not
+    y = attention.apply_rotary_emb(x, cache)
+    torch.testing.assert_close(y.unflatten(-1, (4, 2)).norm(dim=-1),
+                               x.unflatten(-1, (4, 2)).norm(dim=-1), atol=1e-5, rtol=1e-5)
+    assert torch.equal(y[..., 0, :], x[..., 0, :]) and not torch.allclose(y[..., 1:, :], x[..., 1:, :])
+    # scores depend on the distance between positions only (RoPE's point)
+    q, k = torch.randn(8), torch.randn(8)
+    def score(i, j):
+        qs, ks = q.expand(1, 1, 50, 8), k.expand(1, 1, 50, 8)
+        return (attention.apply_rotary_emb(qs, cache)[0, 0, i] @ attention.apply_rotary_emb(ks, cache)[0, 0, j])
+    torch.testing.assert_close(score(9, 4), score(30, 25), atol=1e-5, rtol=1e-5)
+    assert abs(score(9, 4) - score(9, 5)) > 1e-4
+
+
+def test_rope_and_vanilla_params_do_not_mix():
+    vanilla, rope = ours({}).state_dict(), ours(dict(rope=True)).state_dict()
+    with pytest.raises(RuntimeError):
+        ours(dict(rope=True)).load_state_dict(vanilla)
+    with pytest.raises(RuntimeError):
+        ours({}).load_state_dict(rope)
+    with pytest.raises(ValueError):
+        ours(dict(rope=True, perceiver=True, bottleneck_dim=8))
 
 
 def test_loss_ignores_pad_targets():
@@ -339,7 +396,8 @@ def test_cross_attention_matches_reference_module():
 
 # ---- decoding: the batched, cached greedy decoder is the handout's sample() ---------------------
 
-@pytest.mark.parametrize('name,overrides', [VARIANTS[0], VARIANTS[1], VARIANTS[2]], ids=VARIANT_IDS[:3])
+@pytest.mark.parametrize('name,overrides', [VARIANTS[i] for i in (0, 1, 2, 4)],
+                         ids=[VARIANT_IDS[i] for i in (0, 1, 2, 4)])
 def test_greedy_complete_equals_handout_sample(name, overrides):
     torch.manual_seed(5)
     gpt = randomize(ours(overrides, n_layer=3), 7)  # positions and context matter

@@ -28,6 +28,14 @@ def test_commands_are_the_handouts():
     assert '--reading_params_path' not in scratch['finetune']
     assert run_all.output_of(scratch['finetune']) == 'vanilla.model.params'
     assert run_all.output_of(scratch['evaluate-test']) == 'vanilla.nopretrain.test.predictions'
+    # the 2024-25 edition's commands (scripts/run_rope.sh there), verbatim
+    rope = dict(run_all.commands('rope'))
+    assert rope['pretrain'][:3] == ['pretrain', 'rope', 'wiki.txt']
+    assert run_all.output_of(rope['pretrain']) == 'rope.pretrain.params'
+    assert run_all.output_of(rope['finetune']) == 'rope.finetune.params'
+    assert run_all.output_of(rope['evaluate-dev']) == 'rope.pretrain.dev.predictions'
+    assert run_all.output_of(rope['evaluate-test']) == 'rope.pretrain.test.predictions'
+    assert '--bottleneck_dim' not in rope['pretrain']
 
 
 @pytest.fixture

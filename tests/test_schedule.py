@@ -259,3 +259,19 @@ def test_the_handout_preset_is_the_handouts_run_py():
         assert all(set(preset[s]) == set(handout[s]) for s in presets.HANDOUT), name
     assert presets.PRESETS['cpu-45min']['finetune_pretrained'] == handout['finetune_pretrained']
     assert presets.rehearsal_lead('handout') is None  # the handout finetunes on the questions alone
+
+
+def test_the_2024_edition_pretrains_to_650_epochs_of_tokens():
+    """The RoPE edition's run.py: final_tokens = 650 x len(pretrain_dataset) x block_size for
+    pretraining (200 x before), finetuning unchanged; other presets keep their own schedules."""
+    import presets
+    for stage in presets.HANDOUT:
+        old = presets.stage_values('handout', stage)
+        new = presets.stage_values('handout', stage, '2024-25')
+        want = 650 * 128 if stage == 'pretrain' else 200 * 128
+        assert new == {**old, 'final_tokens_per_example': want}
+        assert old == presets.HANDOUT[stage]
+    assert presets.stage_values('cpu-45min', 'pretrain', '2024-25') == \
+        presets.stage_values('cpu-45min', 'pretrain')
+    assert presets.edition(variant='rope') == '2024-25'
+    assert presets.edition(variant='perceiver') == '2021-23'

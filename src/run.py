@@ -14,6 +14,9 @@ import atexit
 import os
 import sys
 import tempfile
+import time
+
+START = time.time()  # a --time_budget counts from here
 
 import torch
 from torch.utils.data import ConcatDataset
@@ -55,6 +58,10 @@ def parse_args(argv=None):
                             'variant\'s, else $%s, else %s' % (presets.EDITION_ENV,
                                                                presets.DEFAULT_EDITION))
     extra.add_argument('--max_epochs', type=int, default=None)
+    extra.add_argument('--time_budget', type=float, default=None, metavar='MINUTES',
+                       help='pretrain/finetune: measure this machine\'s speed on the first steps, '
+                            'then train the epochs (at most --max_epochs) that end within MINUTES, '
+                            'the learning-rate schedule compressed to them')
     extra.add_argument('--batch_size', type=int, default=None)
     extra.add_argument('--seed', type=int, default=0, help='seeds python, torch (default 0)')
     extra.add_argument('--device', choices=('auto', 'cpu', 'cuda'), default='auto')
@@ -218,6 +225,7 @@ def build_model(args, vocab_size, block_size, device):
 def train(gpt, data, args, stage, pretrain_len, lr, device, writer, path):
     values = presets.stage_values(args.preset, stage, args.edition)
     final = values.pop('final_tokens_per_example') * pretrain_len
+    budget = args.time_budget if args.time_budget is not None else presets.time_budget(args.preset, stage)
     for key in ('max_epochs', 'batch_size'):
         if getattr(args, key) is not None:
             values[key] = getattr(args, key)
@@ -227,7 +235,8 @@ def train(gpt, data, args, stage, pretrain_len, lr, device, writer, path):
         **values, final_tokens=final, writer=writer, device=device,
         precision=pick_precision(args.precision, device, training=True), compile=args.compile,
         log_every=1 if device == 'cpu' else 25,
-        resume_path=path + '.ckpt', resume=args.resume, checkpoint_every=args.checkpoint_every)
+        resume_path=path + '.ckpt', resume=args.resume, checkpoint_every=args.checkpoint_every,
+        time_budget=None if budget is None else budget * 60, start_time=START)
     trainer.Trainer(gpt, data, None, tconf).train()
     if RANK == 0:
         # training is over: a first Ctrl-C/SIGTERM now waits until the params are on disk
@@ -336,6 +345,24 @@ def evaluate(gpt, args, corpus, prompts, vocab, device):
         print('Predictions written to {}; no targets provided'.format(args.outputs_path))
 
 
+class LazyWriter:
+    """A SummaryWriter made at the first scalar logged: a run stopped before training (a time
+    budget too small for one epoch) leaves no log folder behind."""
+
+    def __init__(self, log_dir):
+        self.log_dir, self.writer = log_dir, None
+
+    def add_scalar(self, *args):
+        if self.writer is None:
+            from torch.utils.tensorboard import SummaryWriter  # a slow import
+            self.writer = SummaryWriter(log_dir=self.log_dir)
+        self.writer.add_scalar(*args)
+
+    def close(self):
+        if self.writer is not None:
+            self.writer.close()
+
+
 def tensorboard_dir(args):
     """The handout's folder for the run's tensorboard logs (2024-25: without bottleneck_dim)."""
     name = f'{args.tb_expt_name}_{args.variant}'
@@ -381,6 +408,10 @@ def run(args):
         raise UsageError(f'--edition {args.edition} has the variants '
                          f'{", ".join(presets.EDITIONS[args.edition]["variants"])}, not {args.variant}'
                          + ('' if explicit else f' (from {presets.EDITION_ENV})'))
+    if args.time_budget is not None and args.function == 'evaluate':
+        raise UsageError('--time_budget is for pretrain and finetune')
+    if args.time_budget is not None and not args.time_budget > 0:
+        raise UsageError(f'--time_budget must be a positive number of minutes, not {args.time_budget:g}')
     if args.resume and args.function == 'evaluate':
         raise UsageError('--resume is for pretrain and finetune')
     if args.resume and not os.path.isfile(args.writing_params_path + '.ckpt'):
@@ -413,8 +444,7 @@ def run(args):
     if args.reading_params_path is not None and args.function != 'pretrain':
         load_params(gpt, args.reading_params_path, args, device)
 
-    from torch.utils.tensorboard import SummaryWriter  # slow import: only once the input is known good
-    writer = None if RANK != 0 else SummaryWriter(log_dir=tensorboard_dir(args))
+    writer = None if RANK != 0 else LazyWriter(tensorboard_dir(args))
     try:
         if args.function == 'pretrain':
             train(gpt, pretrain_dataset, args, 'pretrain', len(pretrain_dataset), args.pretrain_lr,

@@ -11,8 +11,9 @@ and cosine LR schedule, the same batches per epoch). What differs is only how fa
   the handout does;
 - optional bf16 autocast, fused AdamW and torch.compile on a GPU (compile on a CPU too);
 - loss values are read back from the device in groups, not after every step.
-Beyond the handout: a resumable checkpoint (every N epochs and on Ctrl-C/SIGTERM) and
-DistributedDataParallel under torchrun, both reproducing the uninterrupted one-process run.
+Beyond the handout: a resumable checkpoint (every N epochs and on Ctrl-C/SIGTERM),
+DistributedDataParallel under torchrun, both reproducing the uninterrupted one-process run, and a
+time budget (the number of epochs that fit, measured on this machine; see Trainer._plan).
 """
 import math
 import random
@@ -53,6 +54,8 @@ class TrainerConfig:
     resume_path = None  # where the resumable checkpoint (model, optimizer, schedule, RNG) goes
     resume = False  # continue from resume_path
     checkpoint_every = 0  # write resume_path every N epochs (0: only on Ctrl-C / SIGTERM)
+    time_budget = None  # seconds: train as many epochs (up to max_epochs) as end within it
+    start_time = None  # when the budget's clock started (time.time()); None: when train() starts
 
     def __init__(self, **kwargs):
         for k, v in kwargs.items():
@@ -166,6 +169,7 @@ class Trainer:
             'torch_rng': torch.get_rng_state(),
             'cuda_rng': torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
             'batch_size': self.config.batch_size, 'max_epochs': self.config.max_epochs,
+            'final_tokens': self.config.final_tokens,
         }
         atomic_write(self.config.resume_path, lambda tmp: torch.save(state, tmp))
 
@@ -181,6 +185,9 @@ class Trainer:
             raise UsageError(f'--resume: {path} was written with batch size {state["batch_size"]}, '
                              f'this run has {self.config.batch_size}')
         optimizer.load_state_dict(state['optimizer'])
+        if self.config.time_budget is not None and 'final_tokens' in state:
+            # a budgeted run continues the plan it made, not a new one
+            self.config.max_epochs, self.config.final_tokens = state['max_epochs'], state['final_tokens']
         self.tokens, self.step = state['tokens'], state['step']
         generator.set_state(state['generator'])
         random.setstate(state['python_random'])
@@ -231,10 +238,13 @@ class Trainer:
 
         generator = torch.Generator().manual_seed(torch.initial_seed())
         start_epoch = start_it = 0
+        clock = config.start_time if config.start_time is not None else time.time()
         if config.resume:
             start_epoch, start_it = self._load_resume(optimizer, generator)
         loader, epoch_batches = self._loader(self.train_dataset)
         steps_per_epoch = math.ceil(len(self.train_dataset) / config.batch_size)
+        if config.time_budget is not None and not config.resume:
+            self._plan(model, raw_model, autocast, steps_per_epoch, loader, epoch_batches, clock)
         pbar = tqdm(total=steps_per_epoch * config.max_epochs, initial=self.step, unit='step',
                     dynamic_ncols=True, disable=self.rank != 0)
         pending = []  # (step, loss tensor, lr) not yet read back from the device
@@ -291,7 +301,86 @@ class Trainer:
                 if config.checkpoint_every and (epoch + 1) % config.checkpoint_every == 0 \
                         and epoch + 1 < config.max_epochs:
                     self._save_resume(optimizer, epoch + 1, 0, generator.get_state())
+                if self._out_of_time(clock, time.time() - start_time, epoch + 1 - start_epoch,
+                                     epoch + 1):
+                    break
         pbar.close()
+
+    # ---- the time budget ---------------------------------------------------------------------
+
+    def _plan(self, model, raw_model, autocast, steps_per_epoch, loader, epoch_batches, clock):
+        """Fix max_epochs to what ends within time_budget: time a few training steps of this
+        model on batches of this dataset (on this machine, with this run's settings), then keep
+        the epochs that fit, the learning-rate schedule laid over them (final_tokens scaled by
+        the same factor as the epochs: the cosine keeps its shape, compressed). The measured
+        steps change nothing: the weights and the random states are put back, and they use an
+        optimizer of their own, so a budgeted run is the run of its planned --max_epochs."""
+        config = self.config
+        weights = {k: v.clone() for k, v in raw_model.state_dict().items()}
+        rng = (torch.get_rng_state(), random.getstate(),
+               torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
+        optimizer = torch.optim.AdamW(optimizer_groups(raw_model, config.weight_decay), lr=0.0,
+                                      betas=config.betas, fused=self.device.type == 'cuda')
+        order = batch_indices(len(self.train_dataset), config.batch_size,
+                              torch.Generator().manual_seed(0))
+        warm, timed = (3, 10) if config.compile else (2, 10)
+        times = []
+        for i in range(warm + timed):
+            indices = order[i % len(order)]
+            if loader is not None:  # workers collate ahead of the GPU: time the step alone
+                batches = [collate(self.train_dataset, indices)]
+            start = time.perf_counter()
+            x, y = batches[0] if loader is not None else collate(self.train_dataset, indices)
+            float(self._step(model, raw_model, optimizer, autocast, x, y))  # waits for the device
+            if i >= warm:
+                times.append(time.perf_counter() - start)
+            # past a few timed steps, stop once the measuring costs 2% of the budget
+            if len(times) >= 3 and time.time() - clock > 0.02 * config.time_budget:
+                break
+        raw_model.load_state_dict(weights)
+        self.tokens = 0
+        torch.set_rng_state(rng[0])
+        random.setstate(rng[1])
+        if rng[2] is not None:
+            torch.cuda.set_rng_state_all(rng[2])
+        step = sorted(times)[len(times) // 2]  # the median: one slow step is no trend
+        if self.distributed:  # every rank plans the same epochs: the slowest rank's
+            t = torch.tensor([step], device=self.device)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            step = float(t)
+        epoch_seconds = step * steps_per_epoch
+        left = config.time_budget - (time.time() - clock)
+        fit = int(0.95 * left // epoch_seconds)  # 5% kept for epoch ends, saves, noise
+        if fit < 1:
+            raise UsageError(f'--time_budget {config.time_budget / 60:g} min is too small for one '
+                             f'epoch: an epoch takes about {epoch_seconds / 60:.2f} min here '
+                             f'({steps_per_epoch} steps of {step:.3f} s)')
+        epochs = min(fit, config.max_epochs)
+        if epochs < config.max_epochs:
+            config.final_tokens = config.final_tokens * epochs / config.max_epochs
+        if self.rank == 0:
+            print(f'time budget {config.time_budget / 60:g} min: {epochs} epochs of {steps_per_epoch} '
+                  f'steps ({step:.3f} s per step measured, {epoch_seconds:.1f} s per epoch) -> about '
+                  f'{epochs * epoch_seconds / 60:.1f} min'
+                  + ('' if epochs < config.max_epochs else f' (all {epochs}: the most asked for)'),
+                  flush=True)
+        config.max_epochs = epochs
+
+    def _out_of_time(self, clock, spent, epochs_done, epoch):
+        """With a time budget: whether another epoch, at the pace so far, would end past it (the
+        machine got slower than planned). The run then ends early, its schedule unfinished."""
+        config = self.config
+        if config.time_budget is None or epoch >= config.max_epochs:
+            return False
+        late = time.time() - clock + spent / epochs_done > config.time_budget
+        if self.distributed:
+            flag = torch.tensor([float(late)], device=self.device)
+            dist.all_reduce(flag)
+            late = bool(flag.item())
+        if late and self.rank == 0:
+            print(f'\ntime budget: stopping after epoch {epoch} of {config.max_epochs} (the epochs '
+                  'ran slower than measured)', flush=True)
+        return late
 
     def _stop_requested(self, stop):
         if not self.distributed:

@@ -9,7 +9,8 @@ never a truncated file, never hours lost"):
 - an interrupted run (SIGTERM, or SIGKILL after an epoch checkpoint) resumes to exactly the
   params of the uninterrupted run;
 - torchrun with two CPU processes trains like one process with the same global batch;
-- the same --seed gives the same params file, byte for byte.
+- the same --seed gives the same params file, byte for byte; and the same params tensors for
+  every variant and precision on batches of real wiki.txt lines with the machine busy.
 
 Error cases run in-process through run.main (fast); training runs are real subprocesses.
 All runs are tiny: a ~30-line corpus, batch 8, one to a few epochs, fp32 on the CPU.
@@ -27,6 +28,7 @@ import torch
 import dataset
 import model
 import run
+import trainer
 import utils
 from conftest import PEOPLE, REPO, RUN
 
@@ -231,6 +233,18 @@ BAD_INPUT = {
     'unknown-variant': (['pretrain', 'vanila', 'corpus.txt'] + PT, ["'vanila'", 'invalid choice']),
     'resume-without-checkpoint': (['pretrain', 'vanilla', 'corpus.txt', '--resume'] + PT,
                                   ['--resume', 'old.params.ckpt']),
+    'time-budget-zero': (['pretrain', 'vanilla', 'corpus.txt', '--time_budget', '0'] + PT,
+                         ['--time_budget', 'positive', 'not 0']),
+    'time-budget-negative': (['finetune', 'vanilla', 'corpus.txt', '--finetune_corpus_path',
+                              'train.tsv', '--time_budget', '-3'] + FT, ['--time_budget', 'not -3']),
+    'time-budget-evaluate': (['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path',
+                              'vanilla.params', '--eval_corpus_path', 'dev.tsv', '--time_budget',
+                              '5'] + EV, ['--time_budget', 'pretrain and finetune']),
+    # (in-process, the budget's clock started when run.py was imported: long spent)
+    'time-budget-too-small': (['pretrain', 'vanilla', 'corpus.txt', '--time_budget', '0.001'] + PT,
+                              ['--time_budget 0.001 min', 'too small for one epoch']),
+    'edition-without-the-variant': (['pretrain', 'synthesizer', 'corpus.txt', '--edition', '2024-25']
+                                    + PT, ['--edition 2024-25', 'vanilla, rope', 'synthesizer']),
 }
 
 
@@ -239,6 +253,7 @@ def test_bad_input_is_one_error_line(case, cli, ws):
     argv, words = BAD_INPUT[case]
     assert_one_error(cli(*argv), ws, *words)
     assert not (ws / 'nodir').exists()
+    assert not (ws / 'expt').exists()  # not even a tensorboard folder (made at the first step)
 
 
 def test_unwritable_output_folder_fails_before_training(cli, ws, tmp_path):
@@ -572,6 +587,52 @@ def test_same_seed_same_params_file(one_epoch_runs):
                              for k in ('default', 'seed0', 'seed1'))
     assert default == seed0
     assert seed1 != seed0
+
+
+@pytest.fixture
+def busy_machine():
+    """Two processes spinning beside the test (the CI machine has two cores): threads of the run
+    are scheduled differently than on an idle machine."""
+    spin = 'import os, time\nos.nice(19)\nend = time.time() + 120\nwhile time.time() < end: pass\n'
+    # at the lowest priority: busy enough to move the run's threads around, not so busy that the
+    # run's two threads wait for each other's time slices (that is minutes, not seconds)
+    procs = [subprocess.Popen([sys.executable, '-c', spin]) for _ in range(2)]
+    yield
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+def one_step_on_wiki(variant, precision):
+    """The default fast path (dropout 0.1) for one step on 128 real wiki.txt lines; the params."""
+    text = open(os.path.join(REPO, 'data', 'wiki.txt'), encoding='utf-8').read()
+    lines = '\n'.join(text.split('\n')[:128])
+    utils.set_seed(0)
+    data = dataset.CharCorruptionDataset(lines, 128)
+    extra = {'synthesizer': dict(synthesizer=True), 'rope': dict(rope=True),
+             'perceiver': dict(perceiver=True, bottleneck_dim=16)}.get(variant, {})
+    gpt = model.GPT(model.GPTConfig(data.vocab_size, 128, n_layer=3, n_head=4, n_embd=64, **extra))
+    conf = trainer.TrainerConfig(max_epochs=1, batch_size=128, learning_rate=6e-3, lr_decay=True,
+                                 warmup_tokens=1000, final_tokens=10 ** 6, precision=precision)
+    trainer.Trainer(gpt, data, None, conf).train()
+    return gpt.state_dict()
+
+
+@pytest.mark.parametrize('precision', ['fp32', 'bf16'])
+@pytest.mark.parametrize('variant', ['vanilla', 'synthesizer', 'perceiver', 'rope'])
+def test_same_seed_same_params_on_wiki_batches_under_load(variant, precision, busy_machine):
+    """Every variant, both precisions, dropout on, batches of 128 real lines (packed positions in
+    the thousands, where a thread-order-dependent sum shows), two threads, the machine busy:
+    the same seed gives the same params, tensor for tensor."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        first, second = one_step_on_wiki(variant, precision), one_step_on_wiki(variant, precision)
+    finally:
+        torch.set_num_threads(threads)
+    assert first.keys() == second.keys()
+    for key in first:
+        assert torch.equal(first[key], second[key]), key
 
 
 def tb_scalars(folder, tag):

@@ -2,6 +2,7 @@
 floor), weight decay groups, and the padding trimming that must change neither the schedule nor
 the loss."""
 import math
+import time
 
 import pytest
 import torch
@@ -275,3 +276,56 @@ def test_the_2024_edition_pretrains_to_650_epochs_of_tokens():
         presets.stage_values('cpu-45min', 'pretrain')
     assert presets.edition(variant='rope') == '2024-25'
     assert presets.edition(variant='perceiver') == '2021-23'
+
+
+# ---- the time budget ----------------------------------------------------------------------------
+
+def budgeted_run(data, budget, max_epochs=4, seed=0):
+    """A Trainer run (dataset `data`, batches of 8) with time_budget seconds; (trainer, params,
+    lrs logged)."""
+    torch.manual_seed(seed)
+    import random
+    random.seed(seed)
+    gpt = tiny_gpt(vocab=len(data.stoi), n_layer=1)
+    writer = RecordingWriter()
+    conf = trainer.TrainerConfig(max_epochs=max_epochs, batch_size=8, learning_rate=1e-3,
+                                 lr_decay=True, warmup_tokens=100,
+                                 final_tokens=max_epochs * 20 * 127,  # the cosine over every epoch
+                                 writer=writer, time_budget=budget)
+    t = trainer.Trainer(gpt, data, None, conf)
+    t.train()
+    return t, gpt.state_dict(), [v for _, v in writer.scalars['train/lr']]
+
+
+def test_a_budget_that_fits_every_epoch_changes_nothing(name_data, capsys):
+    """The measured steps are undone (weights, random states, token count): with a budget that
+    fits all max_epochs the run is the unbudgeted run, to the bit."""
+    _, want, want_lrs = budgeted_run(name_data, None)
+    t, got, lrs = budgeted_run(name_data, 600)
+    assert 'time budget 10 min: 4 epochs of 3 steps' in capsys.readouterr().out
+    assert t.config.max_epochs == 4 and t.tokens == 4 * 20 * 127 and lrs == want_lrs
+    assert all(torch.equal(got[k], want[k]) for k in want)
+
+
+def test_a_budget_that_binds_compresses_the_schedule(name_data, monkeypatch, capsys):
+    """Steps of 50 ms (a stand-in for a slow machine), 3 per epoch, a 1.5 s budget: the epochs
+    that end within 95% of what is left after measuring, the cosine laid over them (its 10% floor
+    reached at the last step), and the run ends inside the budget."""
+    real_step = trainer.Trainer._step
+
+    def slow_step(self, *args):
+        time.sleep(0.05)
+        return real_step(self, *args)
+    monkeypatch.setattr(trainer.Trainer, '_step', slow_step)
+    start = time.time()
+    t, _, lrs = budgeted_run(name_data, 1.5, max_epochs=50)
+    took = time.time() - start
+    out = capsys.readouterr().out
+    epochs = t.config.max_epochs
+    assert 2 <= epochs <= 8, out
+    assert f'time budget 0.025 min: {epochs} epochs of 3 steps' in out
+    assert t.config.final_tokens == pytest.approx(50 * 20 * 127 * epochs / 50)
+    assert len(lrs) == 3 * epochs and lrs[-1] == pytest.approx(1e-4)
+    # the cosine reaches its floor (80% of the way) near the end, not long before
+    assert lrs[int(0.7 * len(lrs)) - 1] > 1.5e-4
+    assert took < 1.5

@@ -11,9 +11,10 @@ pretraining/finetuning batch sizes, e.g. the CPU recipe's).
          with 4 workers created every epoch (its start-up is measured and spread over one epoch's
          steps), a loss .item() every step;
   fast:  trainer.Trainer as run.py configures it (in-process batches, trailing padding dropped,
-         scaled_dot_product_attention (on a CPU, with dropout or in bf16, the written-out math,
-         the faster there: attention.attend), bf16 autocast where the hardware has bf16, fused
-         AdamW on CUDA, attention.Dropout's cheaper draws on a CPU).
+         scaled_dot_product_attention (on a CPU with dropout the written-out math: attention.
+         attend), on a CPU the precision and attention path precision 'auto' measures fastest
+         on this machine, bf16 autocast on a GPU that has it, fused AdamW on CUDA,
+         attention.Dropout's cheaper draws on a CPU).
 Evaluation: the 500 dev questions, the handout's one-question `utils.sample` loop on the plain
 model vs decode.greedy_complete on the fast one (the same weights), with a check that the
 predictions are identical.
@@ -95,11 +96,15 @@ def worker_startup(data, batch):
 
 def fast_steps(gpt, data, batch, steps, device, compile_model):
     """trainer.Trainer on `steps` batches (after a warm-up run); returns seconds per step."""
-    precision = 'bf16' if bf16_supported(device) else 'fp32'
+    # the warm-up run makes run.py's default choice: on a CPU, precision 'auto' measures the
+    # candidates (and attention paths) and keeps the fastest; the timed run takes that choice
+    precision = 'auto' if device == 'cpu' else ('bf16' if bf16_supported(device) else 'fp32')
     conf = dict(max_epochs=1, batch_size=batch, learning_rate=6e-4, lr_decay=True,
                 warmup_tokens=10240, final_tokens=1e9, device=device, precision=precision,
                 compile=compile_model, log_every=1 if device == 'cpu' else 25)
-    trainer.Trainer(gpt, Subset(data, range(batch)), None, trainer.TrainerConfig(**conf)).train()
+    warm = trainer.TrainerConfig(**conf)
+    trainer.Trainer(gpt, Subset(data, range(batch)), None, warm).train()
+    conf['precision'] = precision = warm.precision
     sync(device)
     start = time.perf_counter()
     trainer.Trainer(gpt, Subset(data, range(batch * steps)), None,

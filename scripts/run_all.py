@@ -12,6 +12,9 @@ Stages (each the handout's commands, file names as the handout's):
   perceiver         the same with --bottleneck_dim 64 --pretrain_lr 6e-4 (the perceiver handout's commands)
   rope              the same with RoPE (the 2024-25 edition's commands and settings)
 A stage whose outputs already exist is skipped (so an interrupted run continues), unless --force.
+--time_budget MINUTES: the whole run ends within MINUTES: each training step gets a share of the
+time left (pretraining 8 parts, finetuning 1), after a reserve for the evaluations still to come,
+as run.py's --time_budget (the epochs that fit on this machine, the schedule compressed to them).
 The report (report.md, report.json, loss_curves.png in the output folder) has the dev accuracy of
 each model, the wall time of each step, the device and the commit.
 """
@@ -19,6 +22,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -81,6 +85,20 @@ def commands(name):
     return steps
 
 
+# --time_budget: how the time left is shared among the training steps still to run, and what is
+# kept back for each step that follows (evaluations; starting a process)
+BUDGET_WEIGHTS = {'pretrain': 8, 'finetune': 1}
+RESERVE_SECONDS = {'pretrain': 10, 'finetune': 10, 'evaluate-dev': 20, 'evaluate-test': 20}
+
+
+def stage_budget(seconds_left, step, steps_after):
+    """Minutes for training step `step` ('pretrain'/'finetune') when `seconds_left` remain and
+    `steps_after` (names) follow it: its weight's share of the time left after their reserve."""
+    reserve = sum(RESERVE_SECONDS[s] for s in steps_after)
+    weights = [BUDGET_WEIGHTS[s] for s in [step, *steps_after] if s in BUDGET_WEIGHTS]
+    return (seconds_left - reserve) * BUDGET_WEIGHTS[step] / sum(weights) / 60
+
+
 def output_of(argv):
     for flag in ('--outputs_path', '--writing_params_path'):
         if flag in argv:
@@ -97,6 +115,14 @@ def run_step(argv, out, log, run_flags):
     if proc.returncode != 0:
         raise SystemExit(f'error: step failed (exit {proc.returncode}); see {log}')
     return time.time() - start, proc.stdout
+
+
+def epochs_trained(stdout):
+    """The epochs a budgeted training step ran, from what run.py printed (its plan, or where it
+    stopped when the epochs ran slower than planned); None without a time budget."""
+    stopped = re.search(r'time budget: stopping after epoch (\d+)', stdout)
+    planned = re.search(r'time budget [\d.]+ min: (\d+) epochs', stdout)
+    return int((stopped or planned).group(1)) if stopped or planned else None
 
 
 def dev_accuracy(out, name):
@@ -191,7 +217,7 @@ def plot(curves, path):
     img.save(path)
 
 
-def report(out, timings, flags, preset, models=MODELS, out_arg=None):
+def report(out, timings, flags, preset, models=MODELS, out_arg=None, time_budget=None):
     rows = []
     for name in ['london', *MODELS]:
         acc = dev_accuracy(out, name)
@@ -204,6 +230,7 @@ def report(out, timings, flags, preset, models=MODELS, out_arg=None):
     info['command'] = ' '.join(['python scripts/run_all.py', '--preset', preset]
                                + (['--models', *models] if list(models) != list(MODELS) else [])
                                + (['--out', out_arg] if out_arg else [])
+                               + (['--time_budget', f'{time_budget:g}'] if time_budget else [])
                                + (['--', *flags] if flags else []))
     with open(os.path.join(out, 'report.json'), 'w', encoding='utf-8') as f:
         json.dump(info, f, indent=2)
@@ -211,7 +238,7 @@ def report(out, timings, flags, preset, models=MODELS, out_arg=None):
              f'- device: {info["device"]}', f'- commit: {info["commit"]}', f'- seed: {info["seed"]}',
              f'- date: {info["date"]}',
              f'- command: `{info["command"]}`', '',
-             '| model | dev accuracy | public reference (dev) | handout asks | wall time per stage (s) |',
+             '| model | dev accuracy | public reference (dev) | handout asks | wall time per stage (s; epochs where a time budget chose them) |',
              '|---|---|---|---|---|']
     for r in rows:
         acc = '-' if r['dev'] is None else f"{r['dev']['percent']:.1f}% ({r['dev']['correct']:.0f}/{r['dev']['total']:.0f})"
@@ -233,10 +260,16 @@ def main():
     ap.add_argument('--models', nargs='+', choices=list(MODELS), default=list(MODELS))
     ap.add_argument('--force', action='store_true', help='rerun stages whose outputs exist')
     ap.add_argument('--report-only', action='store_true')
+    ap.add_argument('--time_budget', type=float, default=None, metavar='MINUTES',
+                    help='end the whole run within MINUTES (shared among the training steps)')
     ap.add_argument('run_flags', nargs=argparse.REMAINDER,
                     help='after --: flags passed to every run.py call (e.g. -- --device cuda --compile)')
     args = ap.parse_args()
+    if args.time_budget is not None and not args.time_budget > 0:
+        ap.error(f'argument --time_budget: must be a positive number of minutes, not {args.time_budget:g}')
     flags = [f for f in args.run_flags if f != '--']
+    if '--time_budget' in flags:
+        ap.error('give the whole run\'s --time_budget before --, not to every run.py call')
     out = os.path.abspath(args.out or os.path.join(REPO, 'runs', f'all-{args.preset}'))
     os.makedirs(out, exist_ok=True)
     timing_file = os.path.join(out, 'timings.json')
@@ -245,13 +278,17 @@ def main():
     run_flags = ['--preset', args.preset, *flags]
 
     if not args.report_only:
-        start = time.time()
+        start = deadline = time.time()
+        if args.time_budget is not None:
+            deadline += args.time_budget * 60
         # in the output folder: it writes london_baseline_accuracy.txt (the rope edition submits it)
         london = subprocess.run([sys.executable, os.path.join(REPO, 'src', 'london_baseline.py')],
                                 cwd=out)
         if london.returncode != 0:  # it has said what is wrong (a missing data file) in one line
             raise SystemExit(london.returncode)
         timings['london'] = {'evaluate-dev': time.time() - start}
+        plan = [(name, step, argv) for name in args.models for step, argv in commands(name)
+                if args.force or not os.path.exists(os.path.join(out, output_of(argv)))]
         for name in args.models:
             for step, argv in commands(name):
                 target = os.path.join(out, output_of(argv))
@@ -260,11 +297,20 @@ def main():
                     continue
                 if os.path.exists(target + '.ckpt'):  # interrupted mid-training: continue it
                     argv = argv + ['--resume']
-                seconds, _ = run_step(argv, out, log, run_flags)
+                todo = [s for _, s, _ in plan]
+                plan.pop(0)
+                budget = []
+                if args.time_budget is not None and step in BUDGET_WEIGHTS:
+                    minutes = stage_budget(deadline - time.time(), step, todo[1:])
+                    budget = ['--time_budget', f'{max(minutes, 0.001):.3f}']
+                seconds, stdout = run_step(argv + budget, out, log, run_flags)
                 timings.setdefault(name, {})[step] = seconds
+                epochs = epochs_trained(stdout)
+                if epochs is not None:  # a time budget chose them: the report says how many
+                    timings[name][f'{step} epochs'] = epochs
                 with open(timing_file, 'w', encoding='utf-8') as f:
                     json.dump(timings, f, indent=2)
-    report(out, timings, flags, args.preset, args.models, args.out)
+    report(out, timings, flags, args.preset, args.models, args.out, args.time_budget)
 
 
 if __name__ == '__main__':

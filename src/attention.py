@@ -192,7 +192,7 @@ def visible(q_positions, size):
     return (keys <= q_positions[..., None])[:, None]
 
 
-def attend(scores_or_q, k, v, mask, attn_drop, fast, causal=True):
+def attend(scores_or_q, k, v, mask, attn_drop, fast, causal=True, cpu_kernel=None):
     """softmax(scores masked by `mask`) @ v, with dropout on the attention weights.
 
     Plain path (the handout's math): `scores_or_q` is q, scores = q k^T / sqrt(hs), masked entries
@@ -207,9 +207,13 @@ def attend(scores_or_q, k, v, mask, attn_drop, fast, causal=True):
     where the fused CPU kernel's forward and backward were the slower (the handout's model
     without dropout, batch 128: about 22k tokens/s against 38k with the math, a 2-core
     AVX-512-BF16 EPYC; in fp32 the two ran at the same speed there, so fp32 keeps the kernel).
+    Machines differ: `cpu_kernel` (True/False), when set, is the path measured fastest for this
+    run's model on this machine (trainer.Trainer._choose_paths), used in training on a CPU
+    without attention dropout; None keeps the rule above.
     """
     cpu_math = attn_drop.training and v.device.type == 'cpu' and (
-        attn_drop.p > 0 or torch.is_autocast_enabled('cpu'))
+        attn_drop.p > 0 or (not cpu_kernel if cpu_kernel is not None
+                            else torch.is_autocast_enabled('cpu')))
     if fast and k is not None and not cpu_math:
         return F.scaled_dot_product_attention(
             scores_or_q, k, v, attn_mask=None if causal else mask.bool(), is_causal=causal,
@@ -253,6 +257,7 @@ class CausalSelfAttention(nn.Module):
         self.register_buffer("mask", causal_mask(config.block_size))
         self.n_head = config.n_head
         self.fast = getattr(config, 'fast_attention', False)
+        self.cpu_kernel = None  # a measured choice of path (see attend), set by the trainer
 
     def forward(self, x, packing=None, cache=None, positions=None):
         """x: (B, T, C), or (N, C) packed by `packing`. Decoding: `cache` stores the keys/values
@@ -274,9 +279,10 @@ class CausalSelfAttention(nn.Module):
             k, v = cache.write(k, v, kv_positions)
         if q_positions is None:  # positions 0..T-1 in every row
             mask = self.mask[:, :, :q.size(2), :k.size(2)]
-            y = attend(q, k, v, mask, self.attn_drop, self.fast)
+            y = attend(q, k, v, mask, self.attn_drop, self.fast, cpu_kernel=self.cpu_kernel)
         else:
-            y = attend(q, k, v, visible(q_positions, k.size(2)), self.attn_drop, self.fast, causal=False)
+            y = attend(q, k, v, visible(q_positions, k.size(2)), self.attn_drop, self.fast,
+                       causal=False, cpu_kernel=self.cpu_kernel)
         y = from_heads(y, packing if x_q.dim() == 2 else None)
         return self.resid_drop(self.proj(y))
 

@@ -169,6 +169,8 @@ class LeadInDataset(Dataset):
     where the question puts it."""
     def __init__(self, pretraining_dataset, lead):
         self.examples = pretraining_dataset
+        # the NameDataset's length (block_size - 1), in every edition: batches mix the two
+        self.length = pretraining_dataset.block_size - 1
         self.lead = torch.tensor([pretraining_dataset.stoi[c] for c in lead], dtype=torch.long)
         self.lead_targets = torch.full_like(self.lead, pretraining_dataset.stoi[PAD_CHAR])
 
@@ -177,8 +179,8 @@ class LeadInDataset(Dataset):
 
     def __getitem__(self, idx):
         x, y = self.examples[idx]
-        x = torch.cat([self.lead, x])[:len(x)]
-        y = torch.cat([self.lead_targets, y])[:len(y)]
+        x = torch.cat([self.lead, x])[:self.length]
+        y = torch.cat([self.lead_targets, y])[:self.length]
         return x, y
 
 

@@ -191,6 +191,23 @@ class GPT(nn.Module):
     def get_block_size(self):
         return self.block_size
 
+    def cpu_attention_paths(self):
+        """The attention paths training on a CPU can take, for trainer.Trainer to time: the fused
+        kernel (True) and the written-out math (False), both computing the same function; only
+        the math ([None]: nothing to choose) when attention has dropout or the plain path is
+        asked for (the kernel has no CPU dropout of its own: see attention.attend)."""
+        layers = [m for m in self.modules() if isinstance(m, CausalSelfAttention)]
+        if not layers or not all(m.fast and m.attn_drop.p == 0 for m in layers):
+            return [None]
+        return [True, False]
+
+    def set_cpu_attention_path(self, kernel):
+        """Training on a CPU: attention through the fused kernel (True), the written-out math
+        (False), or as attention.attend's rule says (None)."""
+        for m in self.modules():
+            if isinstance(m, CausalSelfAttention):
+                m.cpu_kernel = kernel
+
     def new_caches(self, size):
         """One KVCache per attention layer, for decoding one step at a time sequences of at most
         `size` positions (see decode.py)."""

@@ -66,8 +66,10 @@ def parse_args(argv=None):
     extra.add_argument('--seed', type=int, default=0, help='seeds python, torch (default 0)')
     extra.add_argument('--device', choices=('auto', 'cpu', 'cuda'), default='auto')
     extra.add_argument('--precision', choices=('auto', 'fp32', 'bf16'), default='auto',
-                       help='auto: bf16 autocast for training where the hardware has bf16 '
-                            'arithmetic, fp32 otherwise; evaluation is fp32 unless bf16 is asked for')
+                       help='auto: training on a CPU measures which is faster on this machine '
+                            '(fp32, or bf16 autocast where the CPU has bf16 arithmetic; and the '
+                            'attention path) and remembers it; on a GPU bf16 where it has it; '
+                            'evaluation is fp32 unless bf16 is asked for')
     extra.add_argument('--compile', action='store_true',
                        help='torch.compile the model (GPU or CPU; the first steps compile)')
     extra.add_argument('--plain', '--plain_attention', action='store_true', dest='plain',
@@ -81,6 +83,10 @@ def parse_args(argv=None):
     extra.add_argument('--checkpoint_every', type=int, default=10,
                        help='write the resumable checkpoint WRITING_PARAMS_PATH.ckpt every N epochs '
                             '(and on Ctrl-C/SIGTERM); 0: only on Ctrl-C/SIGTERM')
+    extra.add_argument('--num_workers', type=int, default=None,
+                       help='DataLoader worker processes building the training batches (the '
+                            'handout\'s 4 on a GPU; on a CPU none unless given: the same batches '
+                            'either way)')
     extra.add_argument('--eval_batch_size', type=int, default=256)
     extra.add_argument('--strict', action='store_true',
                        help='evaluate: stop at a question with characters outside the vocabulary '
@@ -128,13 +134,23 @@ def init_distributed(device):
 def bf16_supported(device):
     if device == 'cuda':
         return torch.cuda.is_bf16_supported()
-    return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    return trainer.cpu_has_bf16()
 
 
 def pick_precision(name, device, training):
+    """auto: in training on a CPU the trainer measures which is faster here (and which attention
+    path: Trainer._choose_paths); on a GPU bf16 where it has it; evaluation fp32."""
     if name == 'auto':
+        if training and torch.device(device).type == 'cpu':
+            return 'auto'
         return 'bf16' if training and bf16_supported(device) else 'fp32'
     return name
+
+
+def path_cache():
+    """The file that remembers precision 'auto''s measured choices, per machine."""
+    root = os.environ.get('XDG_CACHE_HOME') or os.path.join(os.path.expanduser('~'), '.cache')
+    return os.environ.get('CS224N_PATH_CACHE') or os.path.join(root, 'cs224n-mingpt', 'cpu_paths.json')
 
 
 def check_writable(path, flag):
@@ -226,14 +242,17 @@ def train(gpt, data, args, stage, pretrain_len, lr, device, writer, path):
     values = presets.stage_values(args.preset, stage, args.edition)
     final = values.pop('final_tokens_per_example') * pretrain_len
     budget = args.time_budget if args.time_budget is not None else presets.time_budget(args.preset, stage)
-    for key in ('max_epochs', 'batch_size'):
+    for key in ('max_epochs', 'batch_size', 'num_workers'):
         if getattr(args, key) is not None:
             values[key] = getattr(args, key)
+    if args.num_workers is not None:  # asked for: on a CPU too
+        values['cpu_workers'] = args.num_workers
     if lr is not None:
         values['learning_rate'] = lr
     tconf = trainer.TrainerConfig(
         **values, final_tokens=final, writer=writer, device=device,
         precision=pick_precision(args.precision, device, training=True), compile=args.compile,
+        path_cache=path_cache(),
         log_every=1 if device == 'cpu' else 25,
         resume_path=path + '.ckpt', resume=args.resume, checkpoint_every=args.checkpoint_every,
         time_budget=None if budget is None else budget * 60, start_time=START)
@@ -379,6 +398,8 @@ def run(args):
     if args.bottleneck_dim <= 0 or args.bottleneck_dim > presets.BLOCK_SIZE:
         raise UsageError(f'--bottleneck_dim must be from 1 to the block size {presets.BLOCK_SIZE}, '
                          f'not {args.bottleneck_dim}')
+    if args.num_workers is not None and args.num_workers < 0:
+        raise UsageError(f'--num_workers must be 0 or more, not {args.num_workers}')
     if args.checkpoint_every < 0:
         raise UsageError(f'--checkpoint_every must be 0 or more, not {args.checkpoint_every}')
     for flag in ('max_epochs', 'batch_size', 'eval_batch_size'):

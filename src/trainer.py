@@ -4,7 +4,8 @@ so nothing in this file really has anything to do with GPT specifically.
 
 The optimisation is the handout's step for step (AdamW, grad clipping, the token-counted warmup
 and cosine LR schedule, the same batches per epoch). What differs is only how fast each step runs:
-- batches are drawn in-process (or by workers started once per run, not once per epoch);
+- batches are drawn in-process (or by workers started once per run, not once per epoch; the
+  same batches either way: each carries the seed of its examples' random draws);
 - trailing columns that are padding in every row of a batch are dropped before the forward pass.
   This is exact: the model is causal, so no earlier position sees them, and their targets are
   PAD, which the loss ignores. The LR schedule still counts the full block of tokens per row, as
@@ -15,9 +16,13 @@ Beyond the handout: a resumable checkpoint (every N epochs and on Ctrl-C/SIGTERM
 DistributedDataParallel under torchrun, both reproducing the uninterrupted one-process run, and a
 time budget (the number of epochs that fit, measured on this machine; see Trainer._plan).
 """
+import json
 import math
+import os
+import platform
 import random
 import signal
+import sys
 import threading
 import time
 
@@ -43,11 +48,13 @@ class TrainerConfig:
     final_tokens = 260e9  # (at what point we reach 10% of original LR)
     # checkpoint settings
     ckpt_path = None
-    num_workers = 0  # for DataLoader
+    num_workers = 0  # for DataLoader (worker processes on a GPU)
+    cpu_workers = 0  # worker processes on a CPU too (they take cores from the model: off unless asked)
     writer = None
     # Not in the handout: how the steps are computed, not what they compute.
     device = 'cpu'  # 'cpu', 'cuda' or a torch.device
-    precision = 'fp32'  # 'fp32' or 'bf16' (autocast)
+    precision = 'fp32'  # 'fp32', 'bf16' (autocast), or 'auto': on a CPU the faster, measured
+    path_cache = None  # where 'auto' remembers its measured choices (a JSON file), or None
     compile = False  # torch.compile the model
     pad_multiple = 8  # trimmed lengths are rounded up to this (fewer shapes for compile/kernels)
     log_every = 1  # read losses back every N steps (a GPU sync); tensorboard still gets every step
@@ -94,14 +101,90 @@ def trim_padding(x, y, multiple=1):
 
 
 def batch_indices(n, batch_size, generator):
-    """One epoch's batches of dataset indices: a fresh shuffle, cut into batch_size pieces."""
+    """One epoch's batches, (dataset indices, seed) each: a fresh shuffle cut into batch_size
+    pieces, and for each a seed of its examples' random draws (CharCorruptionDataset draws its
+    corruptions from Python's `random`). All from `generator`: a batch is the same whichever
+    process builds it (this one, or a DataLoader worker), and a resumed epoch draws the same."""
     order = torch.randperm(n, generator=generator).tolist()
-    return [order[i:i + batch_size] for i in range(0, n, batch_size)]
+    pieces = [order[i:i + batch_size] for i in range(0, n, batch_size)]
+    seeds = torch.randint(2 ** 62, (len(pieces),), generator=generator).tolist()
+    return list(zip(pieces, seeds))
 
 
-def collate(dataset, indices):
-    xs, ys = zip(*(dataset[j] for j in indices))
-    return torch.stack(xs), torch.stack(ys)
+def collate(dataset, indices, seed=None):
+    """The examples at `indices`, stacked: (x, y). With `seed`, their random draws come from
+    random.seed(seed), and the caller's `random` is left as it was."""
+    if seed is None:
+        xs, ys = zip(*(dataset[j] for j in indices))
+        return torch.stack(xs), torch.stack(ys)
+    state = random.getstate()
+    random.seed(seed)
+    try:
+        return collate(dataset, indices)
+    finally:
+        random.setstate(state)
+
+
+# ---- precision 'auto' on a CPU: the machine's measured choice, remembered --------------------------
+
+def cpu_has_bf16():
+    """Whether this CPU has bf16 arithmetic (AVX-512-BF16 or AMX): bf16 is a candidate there."""
+    return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+
+
+def cpu_model():
+    """The CPU's model name, as /proc/cpuinfo gives it (else platform's)."""
+    try:
+        with open('/proc/cpuinfo') as f:
+            return next(line.split(':', 1)[1].strip() for line in f if line.startswith('model name'))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
+def path_cache_key(model, batch_size, example_length):
+    """What a measured choice holds for: this machine (CPU model, cores, threads, torch) and
+    this run's shape (the model's parameters and attention paths, the batch)."""
+    n = sum(p.numel() for p in model.parameters())
+    paths = model.cpu_attention_paths() if hasattr(model, 'cpu_attention_paths') else [None]
+    return (f'{cpu_model()} | {os.cpu_count()} cores, {torch.get_num_threads()} threads | torch '
+            f'{torch.__version__} | {type(model).__name__} {n} parameters, attention paths '
+            f'{paths} | batch {batch_size} x {example_length}')
+
+
+def path_name(choice):
+    precision, kernel = choice
+    return precision + {None: '', True: ' + attention kernel', False: ' + attention math'}[kernel]
+
+
+def read_path_cache(path):
+    """{key: [precision, kernel]} from the cache file; a missing file is empty, an unreadable
+    or foreign one is ignored with a warning (and rewritten after the next measurement)."""
+    if path is None or not os.path.exists(path):
+        return {}
+    try:
+        with open(path, encoding='utf-8') as f:
+            data = json.load(f)
+        if not (isinstance(data, dict) and data.get('format') == PATH_CACHE_FORMAT
+                and isinstance(data.get('choices'), dict)):
+            raise ValueError('not this program\'s cache')
+        return data['choices']
+    except (OSError, ValueError) as e:
+        print(f'warning: ignoring the cache of measured choices {path} ({e})', file=sys.stderr)
+        return {}
+
+
+PATH_CACHE_FORMAT = 'cs224n-minGPT measured CPU paths, 1'
+
+
+def write_path_cache(path, choices):
+    def write(tmp):
+        with open(tmp, 'w', encoding='utf-8') as f:
+            json.dump({'format': PATH_CACHE_FORMAT, 'choices': choices}, f, indent=1)
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        atomic_write(path, write)
+    except OSError as e:  # a cache is a convenience: the run goes on without it
+        print(f'warning: could not write the cache of measured choices {path} ({e})', file=sys.stderr)
 
 
 class TrainingInterrupted(Exception):
@@ -199,21 +282,26 @@ class Trainer:
     # ---- batches ---------------------------------------------------------------------------
 
     def _loader(self, dataset):
-        """Worker processes that live for the whole run, for GPU runs with num_workers > 0 (on
-        a small CPU they would only take cores from the model). Batches come from a sampler the
-        loop refills each epoch, so the shuffles are the in-process ones."""
-        if self.device.type == 'cpu' or self.config.num_workers == 0:
+        """Worker processes that live for the whole run: on a GPU with num_workers > 0, on a CPU
+        with cpu_workers > 0 (a small CPU's cores are better spent on the model). The loop refills
+        their sampler each epoch with its (indices, seed) batches, and a worker builds a batch
+        as collate does here, so the batches are the in-process ones, bit for bit."""
+        workers = self.config.cpu_workers if self.device.type == 'cpu' else self.config.num_workers
+        if workers == 0:
             return None, None
         epoch_batches = []
-        loader = DataLoader(dataset, batch_sampler=_Refillable(epoch_batches),
-                            num_workers=self.config.num_workers, pin_memory=True,
-                            persistent_workers=True, prefetch_factor=4)
+        # a generator of its own: the loader draws its workers' base seed from it, not from
+        # torch's global one, whose next numbers are this run's dropout masks
+        loader = DataLoader(_Batches(dataset), batch_size=None, sampler=_Refillable(epoch_batches),
+                            num_workers=workers, pin_memory=self.device.type == 'cuda',
+                            persistent_workers=True, prefetch_factor=4,
+                            generator=torch.Generator().manual_seed(0))
         return loader, epoch_batches
 
-    def _batches(self, dataset, indices, loader, epoch_batches):
+    def _batches(self, dataset, batches, loader, epoch_batches):
         if loader is None:
-            return (collate(dataset, ix) for ix in indices)
-        epoch_batches[:] = indices
+            return (collate(dataset, *batch) for batch in batches)
+        epoch_batches[:] = batches
         return iter(loader)
 
     # ---- the loop --------------------------------------------------------------------------
@@ -233,8 +321,12 @@ class Trainer:
         optimizer = torch.optim.AdamW(optimizer_groups(raw_model, config.weight_decay),
                                       lr=config.learning_rate, betas=config.betas,
                                       fused=device.type == 'cuda')
-        autocast = torch.autocast(device.type, dtype=torch.bfloat16,
-                                  enabled=config.precision == 'bf16')
+        if config.precision == 'auto':
+            if device.type == 'cpu':
+                self._choose_paths(model, raw_model)
+            else:
+                config.precision = 'bf16' if torch.cuda.is_bf16_supported() else 'fp32'
+        autocast = self._autocast(config.precision)
 
         generator = torch.Generator().manual_seed(torch.initial_seed())
         start_epoch = start_it = 0
@@ -244,7 +336,7 @@ class Trainer:
         loader, epoch_batches = self._loader(self.train_dataset)
         steps_per_epoch = math.ceil(len(self.train_dataset) / config.batch_size)
         if config.time_budget is not None and not config.resume:
-            self._plan(model, raw_model, autocast, steps_per_epoch, loader, epoch_batches, clock)
+            self._plan(model, raw_model, steps_per_epoch, loader, clock)
         pbar = tqdm(total=steps_per_epoch * config.max_epochs, initial=self.step, unit='step',
                     dynamic_ncols=True, disable=self.rank != 0)
         pending = []  # (step, loss tensor, lr) not yet read back from the device
@@ -269,10 +361,10 @@ class Trainer:
         with StopRequest(enabled=config.resume_path is not None) as stop:
             for epoch in range(start_epoch, config.max_epochs):
                 epoch_start = generator.get_state()
-                indices = batch_indices(len(self.train_dataset), config.batch_size, generator)
+                batches = batch_indices(len(self.train_dataset), config.batch_size, generator)
                 skip = start_it if epoch == start_epoch else 0
                 it = skip - 1
-                for it, (x, y) in enumerate(self._batches(self.train_dataset, indices[skip:],
+                for it, (x, y) in enumerate(self._batches(self.train_dataset, batches[skip:],
                                                           loader, epoch_batches), start=skip):
                     loss = self._step(model, raw_model, optimizer, autocast, x, y)
 
@@ -308,13 +400,12 @@ class Trainer:
 
     # ---- the time budget ---------------------------------------------------------------------
 
-    def _plan(self, model, raw_model, autocast, steps_per_epoch, loader, epoch_batches, clock):
-        """Fix max_epochs to what ends within time_budget: time a few training steps of this
-        model on batches of this dataset (on this machine, with this run's settings), then keep
-        the epochs that fit, the learning-rate schedule laid over them (final_tokens scaled by
-        the same factor as the epochs: the cosine keeps its shape, compressed). The measured
-        steps change nothing: the weights and the random states are put back, and they use an
-        optimizer of their own, so a budgeted run is the run of its planned --max_epochs."""
+    def _timed_steps(self, model, raw_model, precision, warm, timed, ahead=False, stop=None):
+        """Seconds of each of `timed` training steps in `precision` (after `warm` untimed ones) on
+        the first batches of a fixed shuffle of this dataset. The steps change nothing: they
+        use an optimizer of their own (lr 0), and the weights, the random states and the token
+        count are put back. ahead: the batches are built before the clock starts (workers build
+        them ahead of the model); stop(times): True ends the timing early."""
         config = self.config
         weights = {k: v.clone() for k, v in raw_model.state_dict().items()}
         rng = (torch.get_rng_state(), random.getstate(),
@@ -323,26 +414,43 @@ class Trainer:
                                       betas=config.betas, fused=self.device.type == 'cuda')
         order = batch_indices(len(self.train_dataset), config.batch_size,
                               torch.Generator().manual_seed(0))
-        warm, timed = (3, 10) if config.compile else (2, 10)
-        times = []
+        times, tokens = [], self.tokens
         for i in range(warm + timed):
-            indices = order[i % len(order)]
-            if loader is not None:  # workers collate ahead of the GPU: time the step alone
-                batches = [collate(self.train_dataset, indices)]
+            batch = order[i % len(order)]
+            if ahead:
+                ready = collate(self.train_dataset, *batch)
             start = time.perf_counter()
-            x, y = batches[0] if loader is not None else collate(self.train_dataset, indices)
-            float(self._step(model, raw_model, optimizer, autocast, x, y))  # waits for the device
+            x, y = ready if ahead else collate(self.train_dataset, *batch)
+            loss = self._step(model, raw_model, optimizer, self._autocast(precision), x, y)
+            float(loss)  # waits for the device
             if i >= warm:
                 times.append(time.perf_counter() - start)
-            # past a few timed steps, stop once the measuring costs 2% of the budget
-            if len(times) >= 3 and time.time() - clock > 0.02 * config.time_budget:
-                break
+                if stop is not None and stop(times):
+                    break
         raw_model.load_state_dict(weights)
-        self.tokens = 0
+        self.tokens = tokens
         torch.set_rng_state(rng[0])
         random.setstate(rng[1])
         if rng[2] is not None:
             torch.cuda.set_rng_state_all(rng[2])
+        return times
+
+    def _autocast(self, precision):
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=precision == 'bf16')
+
+    def _plan(self, model, raw_model, steps_per_epoch, loader, clock):
+        """Fix max_epochs to what ends within time_budget: time a few training steps of this
+        model on batches of this dataset (on this machine, with this run's settings), then keep
+        the epochs that fit, the learning-rate schedule laid over them (final_tokens scaled by
+        the same factor as the epochs: the cosine keeps its shape, compressed). The measured
+        steps change nothing (_timed_steps), so a budgeted run is the run of its planned
+        --max_epochs."""
+        config = self.config
+        # past 3 timed steps, stop once the measuring costs 2% of the budget
+        times = self._timed_steps(
+            model, raw_model, config.precision, warm=3 if config.compile else 2, timed=10,
+            ahead=loader is not None,
+            stop=lambda t: len(t) >= 3 and time.time() - clock > 0.02 * config.time_budget)
         step = sorted(times)[len(times) // 2]  # the median: one slow step is no trend
         if self.distributed:  # every rank plans the same epochs: the slowest rank's
             t = torch.tensor([step], device=self.device)
@@ -365,6 +473,46 @@ class Trainer:
                   + ('' if epochs < config.max_epochs else f' (all {epochs}: the most asked for)'),
                   flush=True)
         config.max_epochs = epochs
+
+    # ---- precision 'auto' on a CPU: measured, not guessed --------------------------------------
+
+    def _choose_paths(self, model, raw_model):
+        """precision 'auto' in training on a CPU: time a few steps of this model and batch in each
+        way of computing the same function the machine offers (fp32, or bf16 autocast where the
+        CPU has bf16 arithmetic; for attention without dropout, the fused kernel or the
+        written-out math), keep the fastest, print the figures in one line, and remember the
+        choice for this machine and run shape in config.path_cache (later runs skip measuring).
+        bf16 is not always the faster: on one Intel Xeon with AVX-512-BF16 its matrix products
+        ran slower than fp32's."""
+        config = self.config
+        precisions = ['fp32', 'bf16'] if cpu_has_bf16() else ['fp32']
+        paths = raw_model.cpu_attention_paths() if hasattr(raw_model, 'cpu_attention_paths') else [None]
+        candidates = [(p, k) for p in precisions for k in paths]
+        if len(candidates) == 1 or self.distributed:  # (ranks must agree: no measuring there)
+            choice, how = candidates[0] if len(candidates) == 1 else (precisions[-1], None), None
+        else:
+            key = path_cache_key(raw_model, config.batch_size, len(self.train_dataset[0][1]))
+            cache = read_path_cache(config.path_cache)
+            choice = cache.get(key)
+            if choice in [list(c) for c in candidates]:
+                choice, how = tuple(choice), f'cached for this machine in {config.path_cache}'
+            else:
+                seconds = {}
+                for precision, kernel in candidates:
+                    raw_model.set_cpu_attention_path(kernel)
+                    times = self._timed_steps(model, raw_model, precision, warm=1, timed=3)
+                    seconds[precision, kernel] = sorted(times)[1]
+                choice = min(candidates, key=seconds.get)
+                how = 'measured, median of 3 steps: ' + ', '.join(
+                    f'{path_name(c)} {seconds[c]:.3f} s' for c in candidates)
+                if config.path_cache is not None and self.rank == 0:
+                    cache[key] = list(choice)
+                    write_path_cache(config.path_cache, cache)
+        config.precision = choice[0]
+        if hasattr(raw_model, 'set_cpu_attention_path'):
+            raw_model.set_cpu_attention_path(choice[1])
+        if how is not None and self.rank == 0:
+            print(f'auto: {path_name(choice)} ({how})', flush=True)
 
     def _out_of_time(self, clock, spent, epochs_done, epoch):
         """With a time budget: whether another epoch, at the pace so far, would end past it (the
@@ -430,16 +578,27 @@ class Trainer:
         self.model.eval()
         losses = []
         generator = torch.Generator().manual_seed(0)
-        for indices in batch_indices(len(dataset), self.config.batch_size, generator):
-            x, y = trim_padding(*collate(dataset, indices))
+        for batch in batch_indices(len(dataset), self.config.batch_size, generator):
+            x, y = trim_padding(*collate(dataset, *batch))
             with autocast:
                 _, loss = self.model(x.to(self.device), y.to(self.device))
             losses.append(float(loss))
         print("test loss: %f" % (sum(losses) / max(1, len(losses))))
 
 
+class _Batches:
+    """A dataset of whole batches for the DataLoader's workers: item (indices, seed) is
+    collate(dataset, indices, seed)."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __getitem__(self, batch):
+        return collate(self.dataset, *batch)
+
+
 class _Refillable(Sampler):
-    """A batch sampler over a list the training loop refills each epoch."""
+    """A sampler over a list of batches the training loop refills each epoch."""
 
     def __init__(self, batches):
         self.batches = batches

@@ -20,3 +20,31 @@ PEOPLE = [('Ada Brook', 'London'), ('Ben Carter', 'Paris'), ('Cleo Dunn', 'Berli
           ('Amy Bell', 'Boston'), ('Bob Cole', 'Chicago'), ('Cy Dow', 'Denver'),
           ('Di Ely', 'Exeter'), ('Ed Ford', 'Florence'), ('Flo Gibb', 'Glasgow'),
           ('Gil Hart', 'Havana'), ('Hal Irwin', 'Istanbul')]
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+# The equivalence tests (fast path = plain math) run on every device there is: the CPU always,
+# CUDA when this machine has it (skipped otherwise, saying so: `pytest -rs` lists the reasons).
+DEVICES = [
+    pytest.param('cpu', id='cpu'),
+    pytest.param('cuda', id='cuda', marks=pytest.mark.skipif(
+        not torch.cuda.is_available(),
+        reason='no CUDA device here (on a GPU machine: bash scripts/gpu_check.sh)')),
+]
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    return request.param
+
+
+class LossLog:
+    """A tensorboard writer stand-in for trainer.TrainerConfig(writer=...): the losses logged."""
+
+    def __init__(self):
+        self.values = []
+
+    def add_scalar(self, tag, value, step):
+        if tag == 'train/loss':
+            self.values.append(value)

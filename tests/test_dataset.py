@@ -356,3 +356,13 @@ def test_dataset_script_namedata():
     assert pairs[1][0].startswith('Where was Jacob Henry Studer born?⁇Columbus⁇□')
     for x, y in pairs:
         assert len(x) == len(y) == 127 and x.count(MASK) == 2 and y.count(MASK) == 2
+
+
+def test_lead_in_examples_batch_with_the_questions_in_the_2024_edition():
+    """The 2024-25 corpus examples are block_size long, the questions block_size - 1: the
+    rehearsal's examples are cut to the questions' length, so the two mix in one batch."""
+    pre = dataset.CharCorruptionDataset(NAME_CORPUS, 128, '2024-25')
+    names = dataset.NameDataset(pre, 'Where was Khatchig Mouradian born?\tLebanon\n')
+    lead = dataset.LeadInDataset(pre, 'Where was ')
+    assert pre[0][0].shape == (128,)
+    assert lead[0][0].shape == lead[0][1].shape == names[0][0].shape == (127,)

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 import attention
+from conftest import LossLog
 import dataset
 import model
 import trainer
@@ -67,18 +68,18 @@ def data():
 
 def handout_completion(gpt, vocab, question):
     """The handout's evaluation of one question: 32 greedy steps of utils.sample."""
-    x = torch.tensor([[vocab.stoi[c] for c in question + '⁇']])
+    x = torch.tensor([[vocab.stoi[c] for c in question + '⁇']], device=gpt.tok_emb.weight.device)
     return ''.join(vocab.itos[int(i)] for i in utils.sample(gpt, x, 32, sample=False)[0])
 
 
 @pytest.mark.parametrize('name', VARIANTS)
-def test_batched_decoding_gives_the_handouts_predictions(data, name):
+def test_batched_decoding_gives_the_handouts_predictions(data, name, device):
     pre, names = data
     utils.set_seed(1)
     gpt = tiny(pre.vocab_size, VARIANTS[name])
     # a few finetuning steps: the model learns to close some answers with ⁇, and emits
     # question-dependent text
-    conf = trainer.TrainerConfig(max_epochs=40, batch_size=3, learning_rate=3e-3)
+    conf = trainer.TrainerConfig(max_epochs=40, batch_size=3, learning_rate=3e-3, device=device)
     trainer.Trainer(gpt, names, None, conf).train()
     questions = [line.split('\t')[0] for line in TSV.splitlines()]
     # other lengths, among them prompts shorter than the perceiver's bottleneck (8), and
@@ -90,7 +91,7 @@ def test_batched_decoding_gives_the_handouts_predictions(data, name):
     prompts = [[pre.stoi[c] for c in q + '⁇'] for q in questions]
     mask = pre.stoi['⁇']
     got = [''.join(pre.itos[i] for i in ids).split('⁇')[1]
-           for ids in greedy_complete(gpt, prompts, 32, stop_id=mask, batch_size=5)]
+           for ids in greedy_complete(gpt, prompts, 32, stop_id=mask, batch_size=5, device=device)]
     want = [handout_completion(gpt, pre, q) for q in questions]
     assert got == [w.split('⁇')[1] for w in want]
     # the check means something: the answers differ, and rows close their answers (and leave
@@ -100,17 +101,18 @@ def test_batched_decoding_gives_the_handouts_predictions(data, name):
 
 
 @pytest.mark.parametrize('name', VARIANTS)
-def test_batched_decoding_is_the_handouts_loop_token_for_token(name):
+def test_batched_decoding_is_the_handouts_loop_token_for_token(name, device):
     """All 32 tokens, prompt for prompt: the caches reproduce every step, not only the answer
     (random weights large enough that positions and context matter). With a stop token, each row
     is the handout's sequence cut after its second stop token, or whole if it has fewer."""
     torch.manual_seed(2)
-    gpt = jitter(tiny(40, VARIANTS[name], block_size=64).eval(), 0.3)
+    gpt = jitter(tiny(40, VARIANTS[name], block_size=64).eval(), 0.3).to(device)
     gen = torch.Generator().manual_seed(3)
     lengths = (1, 3, 7, 8, 9, 20, 31) + ((40,) if name != 'synthesizer' else ())
     prompts = [torch.randint(2, 40, (n,), generator=gen).tolist() for n in lengths]
-    got = greedy_complete(gpt, prompts, 32, batch_size=4)
-    want = [utils.sample(gpt, torch.tensor([p]), 32, sample=False)[0].tolist() for p in prompts]
+    got = greedy_complete(gpt, prompts, 32, batch_size=4, device=device)
+    want = [utils.sample(gpt, torch.tensor([p], device=device), 32, sample=False)[0].tolist()
+            for p in prompts]
     assert got == want
 
     # a stop token that some rows emit twice and others not: rows leave the batch at different
@@ -125,7 +127,7 @@ def test_batched_decoding_is_the_handouts_loop_token_for_token(name):
         # step, even when the prompt holds two already)
         hits = [i for i, t in enumerate(seq) if t == stop]
         return seq if len(hits) < 2 else seq[:max(hits[1], len(prompt)) + 1]
-    got = greedy_complete(gpt, prompts, 32, stop_id=stop, batch_size=4)
+    got = greedy_complete(gpt, prompts, 32, stop_id=stop, batch_size=4, device=device)
     assert got == [cut(w, p) for w, p in zip(want, prompts)]
     assert any(len(g) < len(w) for g, w in zip(got, want)) and any(g == w for g, w in zip(got, want))
 
@@ -157,16 +159,16 @@ def grads(mod, inputs):
     ('cross', [(3, 8, 32), (3, 30, 32)]),   # the up projection: more queries than keys
     ('rope', [(3, 40, 32)]),
 ])
-def test_sdpa_and_plain_attention_agree_with_gradients(kind, shapes):
+def test_sdpa_and_plain_attention_agree_with_gradients(kind, shapes, device):
     cls = attention.CausalCrossAttention if kind == 'cross' else attention.CausalSelfAttention
-    fast, plain = attention_pair(cls, 4, rope=kind == 'rope')
+    fast, plain = (m.to(device) for m in attention_pair(cls, 4, rope=kind == 'rope'))
     gen = torch.Generator().manual_seed(5)
-    xs = [torch.randn(s, generator=gen) for s in shapes]
+    xs = [torch.randn(s, generator=gen).to(device) for s in shapes]
     results = []
     for mod in (fast, plain):
         inputs = [x.clone().requires_grad_() for x in xs]
         y = mod(*inputs)
-        (y * torch.linspace(-1, 1, y.numel()).view_as(y)).sum().backward()
+        (y * torch.linspace(-1, 1, y.numel(), device=device).view_as(y)).sum().backward()
         results.append((y.detach(), grads(mod, inputs)))
     (y_fast, g_fast), (y_plain, g_plain) = results
     torch.testing.assert_close(y_fast, y_plain, atol=1e-5, rtol=1e-4)
@@ -203,12 +205,14 @@ def sigmas(observed, expected_rate, n):
 
 
 @pytest.mark.parametrize('p', [0.1, 0.5, 0.73])
-def test_fast_dropout_has_nn_dropouts_distribution(p):
+def test_fast_dropout_has_nn_dropouts_distribution(p, device):
     """nn.Dropout (the handout's): each element zeroed independently with probability p, the
-    others scaled by 1 / (1 - p), gradients through the same mask."""
+    others scaled by 1 / (1 - p), gradients through the same mask. (On a GPU the model's
+    Dropout is nn.Dropout itself: the same checks, of the path a GPU takes.)"""
     drop = attention.Dropout(p, model.GPTConfig(10, 8)).train()
     assert drop.fast  # GPTConfig's default
-    x = (torch.rand(1 << 20, generator=torch.Generator().manual_seed(0)) + 0.5).requires_grad_()
+    x = (torch.rand(1 << 20, generator=torch.Generator().manual_seed(0)) + 0.5).to(device)
+    x.requires_grad_()
     torch.manual_seed(1)
     y = drop(x)
     y.sum().backward()
@@ -286,14 +290,16 @@ def pad_batch(lengths, vocab, T=60, seed=6):
     ('perceiver-short', {'perceiver': True, 'bottleneck_dim': 16}, [3, 9, 12, 5, 7]),  # T < m
     ('rope', {'rope': True}, [60, 3, 17, 0, 41, 9, 60, 25]),
 ])
-def test_skipped_positions_change_neither_loss_nor_gradients(name, overrides, lengths):
+def test_skipped_positions_change_neither_loss_nor_gradients(name, overrides, lengths, device):
+    """Trimmed columns (every device) and packed positions (the CPU's path) against the full
+    batch of the plain math."""
     vocab = 30
     torch.manual_seed(7)
     full = jitter(tiny(vocab, overrides, fast=False, skip_padding=False, dropout=0.0,
-                       block_size=64), 0.1)
-    packed = tiny(vocab, overrides, fast=True, dropout=0.0, block_size=64)
+                       block_size=64), 0.1).to(device)
+    packed = tiny(vocab, overrides, fast=True, dropout=0.0, block_size=64).to(device)
     packed.load_state_dict(full.state_dict())
-    x, y = pad_batch(lengths, vocab, T=63 if overrides.get('synthesizer') else 60)
+    x, y = (t.to(device) for t in pad_batch(lengths, vocab, T=63 if overrides.get('synthesizer') else 60))
     tx, ty = trainer.trim_padding(x, y)
     assert tx.size(1) == max(lengths) and (name != 'perceiver-short' or tx.size(1) < 16)
 
@@ -302,7 +308,8 @@ def test_skipped_positions_change_neither_loss_nor_gradients(name, overrides, le
     loss.backward()
     none, packed_loss = packed(tx, ty)
     packed_loss.backward()
-    assert logits is not None and none is None  # the packed path computes no full logits
+    # the packed path (a CPU's) computes no full logits
+    assert logits is not None and (none is None) == (device == 'cpu')
     torch.testing.assert_close(packed_loss, loss, atol=0, rtol=1e-5)
     for (key, a), b in zip(full.named_parameters(), packed.parameters()):
         torch.testing.assert_close(b.grad, a.grad, atol=1e-7, rtol=1e-4, msg=key)
@@ -311,13 +318,14 @@ def test_skipped_positions_change_neither_loss_nor_gradients(name, overrides, le
 
 # ---- training: a short run, fast path vs the plain handout loop ---------------------------------
 
-def plain_losses(gpt, data, lr, batches):
+def plain_losses(gpt, data, lr, batches, device='cpu'):
     """The handout's training loop (fp32, full-length batches, written-out attention)."""
+    gpt.to(device)
     opt = torch.optim.AdamW(trainer.optimizer_groups(gpt, 0.1), lr=lr, betas=(0.9, 0.95))
     gpt.train()
     losses = []
-    for indices in batches:
-        x, y = trainer.collate(data, indices)
+    for batch in batches:
+        x, y = (t.to(device) for t in trainer.collate(data, *batch))
         _, loss = gpt(x, y)
         gpt.zero_grad()
         loss.backward()
@@ -327,16 +335,7 @@ def plain_losses(gpt, data, lr, batches):
     return losses
 
 
-class LossLog:
-    def __init__(self):
-        self.values = []
-
-    def add_scalar(self, tag, value, step):
-        if tag == 'train/loss':
-            self.values.append(value)
-
-
-def fast_and_plain(data, name, precision='fp32', compile=False):
+def fast_and_plain(data, name, precision='fp32', compile=False, device='cpu'):
     """Span-corruption pretraining, as run.py pretrain does it (a tiny model, dropout 0), by
     trainer.Trainer and by the plain loop: (fast losses, plain losses, fast model, plain model)."""
     pre, _ = data
@@ -351,12 +350,12 @@ def fast_and_plain(data, name, precision='fp32', compile=False):
     fast = tiny(pre.vocab_size, VARIANTS[name], fast=True, dropout=0.0)
     log = LossLog()
     conf = trainer.TrainerConfig(max_epochs=epochs, batch_size=batch, learning_rate=lr,
-                                 precision=precision, compile=compile, writer=log)
+                                 precision=precision, compile=compile, writer=log, device=device)
     trainer.Trainer(fast, pre, None, conf).train()
 
     utils.set_seed(5)
     plain = tiny(pre.vocab_size, VARIANTS[name], fast=False, skip_padding=False, dropout=0.0)
-    want = plain_losses(plain, pre, lr, batches)
+    want = plain_losses(plain, pre, lr, batches, device)
     assert len(log.values) == len(want) == 6
     assert want[-1] < want[0]  # it trained
     return log.values, want, fast, plain
@@ -373,17 +372,18 @@ def assert_same_run(got, want, fast, plain, tolerance):
 
 
 @pytest.mark.parametrize('name', VARIANTS)
-def test_fast_training_matches_the_plain_loop(data, name):
-    assert_same_run(*fast_and_plain(data, name), tolerance=1e-4)
+def test_fast_training_matches_the_plain_loop(data, name, device):
+    assert_same_run(*fast_and_plain(data, name, device=device), tolerance=1e-4)
 
 
 @pytest.mark.parametrize('name', VARIANTS)
-def test_bf16_training_stays_close_to_the_plain_loop(data, name):
-    got, want, _, _ = fast_and_plain(data, name, precision='bf16')
+def test_bf16_training_stays_close_to_the_plain_loop(data, name, device):
+    got, want, _, _ = fast_and_plain(data, name, precision='bf16', device=device)
     assert largest_relative_gap(got, want) < 3e-2, (got, want)
 
 
-def test_compiled_training_matches_the_plain_loop(data):
-    """torch.compile (--compile), here on the CPU: the packed batches of model.packed_loss have
-    a different number of positions each step, hence a dynamic-shape graph."""
-    assert_same_run(*fast_and_plain(data, 'vanilla', compile=True), tolerance=1e-4)
+def test_compiled_training_matches_the_plain_loop(data, device):
+    """torch.compile (--compile): on a CPU the packed batches of model.packed_loss have a
+    different number of positions each step, hence a dynamic-shape graph; on a GPU the trimmed
+    batches (multiples of 8 columns)."""
+    assert_same_run(*fast_and_plain(data, 'vanilla', compile=True, device=device), tolerance=1e-4)

@@ -116,18 +116,18 @@ def roundtrip(state):
 
 @pytest.mark.parametrize('fast', [True, False], ids=['fast', 'plain'])
 @pytest.mark.parametrize('name,overrides', VARIANTS, ids=VARIANT_IDS)
-def test_params_load_both_ways_and_logits_agree(name, overrides, fast):
+def test_params_load_both_ways_and_logits_agree(name, overrides, fast, device):
     torch.manual_seed(1)
     # weights far from the small init, so that attention is far from uniform and every
     # difference in the arithmetic shows in the logits
-    ref = randomize(reference(overrides), 11)
-    gpt = ours(overrides, fast=fast).eval()
+    ref = randomize(reference(overrides), 11).to(device)
+    gpt = ours(overrides, fast=fast).eval().to(device)
     # reference -> ours
     gpt.load_state_dict(roundtrip(ref.state_dict()), strict=True)
     T = max_len(overrides)
     gen = torch.Generator().manual_seed(2)
-    idx_full = torch.randint(0, VOCAB, (3, T), generator=gen)
-    targets = torch.randint(0, VOCAB, (3, T), generator=gen)
+    idx_full = torch.randint(0, VOCAB, (3, T), generator=gen).to(device)
+    targets = torch.randint(0, VOCAB, (3, T), generator=gen).to(device)
     targets[:, T // 2:] = 0  # PAD targets are ignored by both losses
     with torch.no_grad():
         for idx, tgt in ((idx_full, targets), (idx_full[:, :20].contiguous(), targets[:, :20].contiguous()),
@@ -143,8 +143,8 @@ def test_params_load_both_ways_and_logits_agree(name, overrides, fast):
 
     # ours -> reference, from a model with its own random init
     torch.manual_seed(3)
-    gpt2 = randomize(ours(overrides, fast=fast), 12)
-    ref2 = reference(overrides).eval()
+    gpt2 = randomize(ours(overrides, fast=fast), 12).to(device)
+    ref2 = reference(overrides).eval().to(device)
     ref2.load_state_dict(roundtrip(gpt2.state_dict()), strict=True)
     with torch.no_grad():
         torch.testing.assert_close(gpt2(idx_full)[0], ref2(idx_full)[0], atol=1e-5, rtol=1e-4)
@@ -196,6 +196,16 @@ def test_rope_functions_are_the_handouts_rotation():
         return (attention.apply_rotary_emb(qs, cache)[0, 0, i] @ attention.apply_rotary_emb(ks, cache)[0, 0, j])
     torch.testing.assert_close(score(9, 4), score(30, 25), atol=1e-5, rtol=1e-5)
     assert abs(score(9, 4) - score(9, 5)) > 1e-4
+
+
+def test_models_py_is_the_2024_editions_module_name():
+    """The RoPE edition's run.py: `import models`, models.GPTConfig(..., rope=True), models.GPT."""
+    import models
+    assert models.GPT is model.GPT and models.GPTConfig is model.GPTConfig
+    conf = models.GPTConfig(VOCAB, BLOCK, n_layer=2, n_head=4, n_embd=32)
+    conf.rope = True  # what its run.py's [part g] sets
+    state = models.GPT(conf).state_dict()
+    assert 'blocks.1.attn.rope_cache' in state and 'pos_emb' not in state
 
 
 def test_rope_and_vanilla_params_do_not_mix():
@@ -398,12 +408,12 @@ def test_cross_attention_matches_reference_module():
 
 @pytest.mark.parametrize('name,overrides', [VARIANTS[i] for i in (0, 1, 2, 4)],
                          ids=[VARIANT_IDS[i] for i in (0, 1, 2, 4)])
-def test_greedy_complete_equals_handout_sample(name, overrides):
+def test_greedy_complete_equals_handout_sample(name, overrides, device):
     torch.manual_seed(5)
-    gpt = randomize(ours(overrides, n_layer=3), 7)  # positions and context matter
+    gpt = randomize(ours(overrides, n_layer=3), 7).to(device)  # positions and context matter
     gen = torch.Generator().manual_seed(6)
     prompts = [torch.randint(2, VOCAB, (n,), generator=gen).tolist() for n in (5, 9, 5, 14, 1)]
-    got = greedy_complete(gpt, prompts, 12, stop_id=None, batch_size=2)
+    got = greedy_complete(gpt, prompts, 12, stop_id=None, batch_size=2, device=device)
     for p, seq in zip(prompts, got):
-        want = utils.sample(gpt, torch.tensor([p]), 12, sample=False)[0].tolist()
+        want = utils.sample(gpt, torch.tensor([p], device=device), 12, sample=False)[0].tolist()
         assert seq == want

@@ -114,3 +114,34 @@ def test_missing_data_is_one_error_line(tmp_path):
     assert proc.stderr.count('\n') == 1, proc.stderr
     assert proc.stderr.startswith('error: eval corpus: file not found') and 'birth_dev.tsv' in proc.stderr
     assert not (tmp_path / 'out' / 'timings.json').exists()
+
+
+def test_a_whole_run_budget_is_shared_among_the_training_steps():
+    """--time_budget: pretraining gets 8 parts of what is left after the evaluations' reserve,
+    finetuning 1; a step's share grows when the steps before it took less than theirs."""
+    after_pretrain = ['finetune', 'evaluate-dev', 'evaluate-test']
+    reserve = 10 + 20 + 20
+    assert run_all.stage_budget(3000, 'pretrain', after_pretrain) == \
+        pytest.approx((3000 - reserve) * 8 / 9 / 60)
+    assert run_all.stage_budget(600, 'finetune', ['evaluate-dev', 'evaluate-test']) == \
+        pytest.approx((600 - 40) / 60)
+    # two models: the first pretraining shares with both finetunings and the second pretraining
+    two = after_pretrain + ['pretrain'] + after_pretrain
+    assert run_all.stage_budget(6000, 'pretrain', two) == pytest.approx(
+        (6000 - 2 * reserve - 10) * 8 / 18 / 60)
+
+
+def test_a_whole_run_budget_must_be_positive(tmp_path):
+    for bad in (['--time_budget', '0'], ['--', '--time_budget', '5']):
+        proc = subprocess.run([sys.executable, os.path.join(REPO, 'scripts', 'run_all.py'),
+                               '--out', str(tmp_path / 'out'), *bad], capture_output=True, text=True)
+        assert proc.returncode == 2 and proc.stderr.count('\n') == 1, proc.stderr
+        assert '--time_budget' in proc.stderr
+        assert not (tmp_path / 'out').exists()
+
+
+def test_the_epochs_a_budget_chose_are_read_from_run_py():
+    planned = 'time budget 38 min: 55 epochs of 46 steps (0.900 s per step measured, 41.4 s per epoch) -> about 38.0 min\n'
+    assert run_all.epochs_trained('data has 10 characters\n' + planned) == 55
+    assert run_all.epochs_trained(planned + '\ntime budget: stopping after epoch 50 of 55 (...)\n') == 50
+    assert run_all.epochs_trained('number of parameters: 3323392\n') is None

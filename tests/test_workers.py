@@ -1,0 +1,56 @@
+"""The DataLoader worker path (the GPU's: num_workers > 0), run on a CPU where it is asked for
+(TrainerConfig.cpu_workers, run.py --num_workers): workers build the very batches the training
+process builds itself (each batch carries the seed of its examples' random draws), so the run is
+the same, loss for loss and parameter for parameter; and a run resumed from a checkpoint, with or
+without workers, continues exactly as the uninterrupted run."""
+import pytest
+import torch
+
+import dataset
+import model
+import trainer
+import utils
+from conftest import LossLog
+
+CORPUS = '\n'.join(f'Person {i} was born in Town {i % 7}, wrote {i} books and died in City {i % 5}.'
+                   for i in range(40))
+
+
+def run(workers, max_epochs=2, **extra):
+    """Pretraining a tiny model on CORPUS (dropout on) with `workers` worker processes; returns
+    (batches the model saw, losses, params)."""
+    utils.set_seed(0)
+    data = dataset.CharCorruptionDataset(CORPUS, 64)
+    gpt = model.GPT(model.GPTConfig(data.vocab_size, 64, n_layer=2, n_head=2, n_embd=32))
+    seen = []
+    gpt.register_forward_pre_hook(lambda mod, args: seen.append(args[0].clone()))
+    log = LossLog()
+    conf = trainer.TrainerConfig(max_epochs=max_epochs, batch_size=8, learning_rate=3e-3,
+                                 lr_decay=True, warmup_tokens=500, final_tokens=20000,
+                                 cpu_workers=workers, writer=log, **extra)
+    trainer.Trainer(gpt, data, None, conf).train()
+    return seen, log.values, gpt.state_dict()
+
+
+def test_worker_batches_and_losses_are_the_in_process_ones():
+    in_process, workers = run(0), run(2)
+    assert len(in_process[0]) == len(workers[0]) == 10  # 40 lines: 5 batches of 8, 2 epochs
+    for a, b in zip(in_process[0], workers[0]):
+        assert torch.equal(a, b)
+    assert in_process[1] == workers[1]
+    assert all(torch.equal(in_process[2][k], workers[2][k]) for k in in_process[2])
+    # and the corruptions differ from epoch to epoch (the seeds are drawn, not fixed)
+    assert not torch.equal(in_process[0][0], in_process[0][5])
+
+
+@pytest.mark.parametrize('first,then', [(2, 2), (2, 0), (0, 2)])
+def test_resume_continues_the_run_with_or_without_workers(tmp_path, first, then):
+    """A checkpoint written after epoch 1 of 3 (by a run with `first` workers), resumed with
+    `then` workers: the same params as the uninterrupted run."""
+    ckpt = tmp_path / 'pt.params.ckpt'
+    _, losses, want = run(first, max_epochs=3, resume_path=str(ckpt), checkpoint_every=1)
+    state = torch.load(ckpt, weights_only=True)
+    assert state['epoch'] == 2  # the last checkpoint: after epoch 2, before the third
+    _, resumed_losses, got = run(then, max_epochs=3, resume_path=str(ckpt), resume=True)
+    assert resumed_losses == losses[-5:]  # the third epoch's 5 steps, the same losses
+    assert all(torch.equal(got[k], want[k]) for k in want)

@@ -29,7 +29,6 @@ for other devices give --peak_tflops.
 import argparse
 import math
 import os
-import platform
 import sys
 import time
 
@@ -186,13 +185,7 @@ def evaluation(plain_gpt, gpt, vocab, device, limit):
 def machine(device):
     if device == 'cuda':
         return f'{torch.cuda.get_device_name()}, torch {torch.__version__}'
-    model_name = platform.processor()
-    try:
-        with open('/proc/cpuinfo') as f:
-            model_name = next(line.split(':', 1)[1].strip() for line in f if line.startswith('model name'))
-    except (OSError, StopIteration):
-        pass
-    return (f'{model_name}, {os.cpu_count()} cores, torch {torch.__version__}, CPU capability '
+    return (f'{trainer.cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__}, CPU capability '
             f'{torch.backends.cpu.get_cpu_capability()}, bf16 arithmetic: {bf16_supported("cpu")}')
 
 

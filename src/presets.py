@@ -8,6 +8,8 @@ A preset only fills in what a command line leaves unset: `--max_epochs`, `--batc
 """
 import os
 
+from utils import UsageError
+
 # The model: "known to work, don't change" (run.py's GPTConfig call and block_size)
 MODEL = dict(n_layer=4, n_head=8, n_embd=256)
 BLOCK_SIZE = 128
@@ -52,7 +54,6 @@ EDITIONS = {
 def edition(name=None, variant=None):
     """The edition's name: `name` if given (checked), else the only edition that has `variant`,
     else $CS224N_EDITION, else the default. A bad name is a UsageError."""
-    from utils import UsageError
     if name is None:
         having = [e for e, values in EDITIONS.items() if variant in values['variants']]
         if len(having) == 1:

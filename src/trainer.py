@@ -156,6 +156,9 @@ def path_name(choice):
     return precision + {None: '', True: ' + attention kernel', False: ' + attention math'}[kernel]
 
 
+PATH_CACHE_FORMAT = 'cs224n-minGPT measured CPU paths, 1'
+
+
 def read_path_cache(path):
     """{key: [precision, kernel]} from the cache file; a missing file is empty, an unreadable
     or foreign one is ignored with a warning (and rewritten after the next measurement)."""
@@ -171,9 +174,6 @@ def read_path_cache(path):
     except (OSError, ValueError) as e:
         print(f'warning: ignoring the cache of measured choices {path} ({e})', file=sys.stderr)
         return {}
-
-
-PATH_CACHE_FORMAT = 'cs224n-minGPT measured CPU paths, 1'
 
 
 def write_path_cache(path, choices):

@@ -1,7 +1,7 @@
 """Plain (handout-equivalent) path vs this code's fast path, measured side by side in one run.
 
-    python scripts/benchmark.py                      # CPU, writes results/benchmarks.md
-    python scripts/benchmark.py --device cuda --out results/benchmarks-h100.md
+    python scripts/benchmark.py                      # CPU: results/benchmarks-<machine kind>.md
+    python scripts/benchmark.py --device cuda       # e.g. results/benchmarks-nvidia-h100-80gb-hbm3.md
     python scripts/benchmark.py --compile ...       # a column for the fast path under torch.compile
 
 Training: tokens/s as the handout counts them (batch x 127 per step, padding included), the
@@ -29,6 +29,7 @@ for other devices give --peak_tflops.
 import argparse
 import math
 import os
+import re
 import sys
 import time
 
@@ -93,11 +94,16 @@ def worker_startup(data, batch):
     return time.perf_counter() - start
 
 
-def fast_steps(gpt, data, batch, steps, device, compile_model):
-    """trainer.Trainer on `steps` batches (after a warm-up run); returns seconds per step."""
+def fast_steps(gpt, data, batch, steps, device, compile_model, path=None):
+    """trainer.Trainer on `steps` batches (after a warm-up run); returns seconds per step, the
+    precision and the CPU attention path taken (trainer.path_name's kernel: True, False, None).
+    path: a CPU candidate (precision, attention kernel) to force; None: the default."""
     # the warm-up run makes run.py's default choice: on a CPU, precision 'auto' measures the
     # candidates (and attention paths) and keeps the fastest; the timed run takes that choice
     precision = 'auto' if device == 'cpu' else ('bf16' if bf16_supported(device) else 'fp32')
+    if path is not None:
+        precision = path[0]
+        gpt.set_cpu_attention_path(path[1])
     conf = dict(max_epochs=1, batch_size=batch, learning_rate=6e-4, lr_decay=True,
                 warmup_tokens=10240, final_tokens=1e9, device=device, precision=precision,
                 compile=compile_model, log_every=1 if device == 'cpu' else 25)
@@ -109,7 +115,26 @@ def fast_steps(gpt, data, batch, steps, device, compile_model):
     trainer.Trainer(gpt, Subset(data, range(batch * steps)), None,
                     trainer.TrainerConfig(**conf)).train()
     sync(device)
-    return (time.perf_counter() - start) / steps, precision
+    kernel = next((m.cpu_kernel for m in gpt.modules() if hasattr(m, 'cpu_kernel')), None)
+    return (time.perf_counter() - start) / steps, precision, kernel if device == 'cpu' else None
+
+
+def against_candidates(variant, wiki, batch, args, t_default, default):
+    """A table row: pretraining `variant` with each CPU candidate forced, beside the default's
+    time per step `t_default` (the candidate it chose: `default`)."""
+    candidates = trainer.cpu_candidates(build(variant, wiki.vocab_size, True, args.preset))
+    seconds = {}
+    for path in candidates if len(candidates) > 1 else []:  # one: it is the default's
+        utils.set_seed(0)
+        seconds[path], *_ = fast_steps(build(variant, wiki.vocab_size, True, args.preset), wiki,
+                                      batch, args.steps, 'cpu', False, path=path)
+    tokens = batch * (presets.BLOCK_SIZE - 1)
+    chose = f'{trainer.path_name(default)}: {tokens / t_default:,.0f} tok/s'
+    if not seconds:
+        return [variant, f'{trainer.path_name(candidates[0])} only', chose, '1.00x (the only one)']
+    return [variant, ', '.join(f'{trainer.path_name(c)} {tokens / t:,.0f} tok/s'
+                               for c, t in seconds.items()),
+            chose, f'{min(seconds.values()) / t_default:.2f}x']
 
 
 def needed_lengths(data, rows=2000):
@@ -189,6 +214,17 @@ def machine(device):
             f'{torch.backends.cpu.get_cpu_capability()}, bf16 arithmetic: {bf16_supported("cpu")}')
 
 
+def machine_kind(device):
+    """A file-name word for the kind of machine: the GPU's name, or the CPU's model and the
+    arithmetic it offers (what decides which path is fastest), e.g. amd-epyc-avx2."""
+    if device == 'cuda':
+        name = torch.cuda.get_device_name()
+    else:
+        name = f'{trainer.cpu_model()} {torch.backends.cpu.get_cpu_capability()}'
+        name += ' bf16' if trainer.cpu_has_bf16() and 'bf16' not in name.lower() else ''
+    return re.sub(r'[^a-z0-9]+', '-', name.lower().replace('(r)', '').replace('(tm)', '')).strip('-')
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--device', default='cpu', choices=('cpu', 'cuda'))
@@ -203,8 +239,13 @@ def main():
     ap.add_argument('--peak_tflops', type=float, nargs=2, metavar=('FP32', 'BF16'),
                     help='the device\'s dense peak TFLOP/s, for the MFU column (built in for '
                          'known GPUs)')
-    ap.add_argument('--out', default=os.path.join(REPO, 'results', 'benchmarks.md'))
+    ap.add_argument('--out', default=None,
+                    help='the report (default results/benchmarks-<machine kind>[-<preset>].md, '
+                         'e.g. benchmarks-amd-epyc-avx2.md)')
     args = ap.parse_args()
+    if args.out is None:
+        preset = '' if args.preset == 'handout' else f'-{args.preset}'
+        args.out = os.path.join(REPO, 'results', f'benchmarks-{machine_kind(args.device)}{preset}.md')
     utils.set_seed(0)
 
     wiki = dataset.CharCorruptionDataset(open(resolve('wiki.txt', 'wiki.txt'), encoding='utf-8').read(),
@@ -216,6 +257,7 @@ def main():
     shares = {stage: sum(n) / (len(n) * (presets.BLOCK_SIZE - 1)) for stage, n in lengths.items()}
     batches = {stage: presets.stage_values(args.preset, key)['batch_size']
                for stage, key in (('pretrain', 'pretrain'), ('finetune', 'finetune_pretrained'))}
+    against = []  # on a CPU: the default's pretraining speed beside every candidate's
     for stage, data, variants in (('pretrain', wiki, args.variants), ('finetune', names, ['vanilla'])):
         batch = batches[stage]
         startup = worker_startup(data, batch)
@@ -226,21 +268,25 @@ def main():
             t_plain = plain_steps(build(variant, wiki.vocab_size, False, args.preset), data, batch,
                                   args.steps, args.device) + startup / per_epoch
             utils.set_seed(0)
-            t_fast, precision = fast_steps(build(variant, wiki.vocab_size, True, args.preset), data,
-                                           batch, args.steps, args.device, False)
+            t_fast, precision, kernel = fast_steps(build(variant, wiki.vocab_size, True, args.preset),
+                                                   data, batch, args.steps, args.device, False)
             tokens = batch * (presets.BLOCK_SIZE - 1)
             row = [f'{stage} {variant}', f'{tokens / t_plain:,.0f} tok/s',
-                   f'{tokens / t_fast:,.0f} tok/s ({precision})', f'{t_plain / t_fast:.2f}x']
+                   f'{tokens / t_fast:,.0f} tok/s ({trainer.path_name((precision, kernel))})', f'{t_plain / t_fast:.2f}x']
             mfus = [mfu(flops, t_plain, 'fp32', peaks), mfu(flops, t_fast, precision, peaks)]
             if args.compile:
                 utils.set_seed(0)
-                t_compiled, _ = fast_steps(build(variant, wiki.vocab_size, True, args.preset), data,
+                t_compiled, *_ = fast_steps(build(variant, wiki.vocab_size, True, args.preset), data,
                                            batch, args.steps, args.device, True)
                 row.append(f'{tokens / t_compiled:,.0f} tok/s: {t_plain / t_compiled:.2f}x plain, '
                            f'{t_fast / t_compiled:.2f}x fast')
                 mfus.append(mfu(flops, t_compiled, precision, peaks))
             rows.append(row + mfus)
             print(rows[-1], flush=True)
+            if args.device == 'cpu' and stage == 'pretrain':
+                against.append(against_candidates(variant, wiki, batch, args, t_fast,
+                                                  (precision, kernel)))
+                print(against[-1], flush=True)
     utils.set_seed(0)
     gpt = build('vanilla', wiki.vocab_size, True, args.preset)
     plain_gpt = build('vanilla', wiki.vocab_size, False, args.preset)
@@ -274,6 +320,16 @@ def main():
                 'not known for this device (give --peak_tflops)'), '',
              '| ' + ' | '.join(columns) + ' |', '|' + '---|' * len(columns)]
     lines += ['| ' + ' | '.join(row) + ' |' for row in rows]
+    if against:
+        lines += ['', '## The default against every candidate (pretraining, this CPU)', '',
+                  'Each way of training that computes the same function on this machine '
+                  '(trainer.cpu_candidates: fp32; bf16 autocast where the CPU has bf16 arithmetic; '
+                  'without attention dropout, the fused attention kernel or the written-out math), '
+                  'forced and timed like the fast column, beside the default (`--precision auto`, '
+                  'which measures them itself and keeps the fastest). Target: the default at '
+                  '0.95x the fastest or better.', '',
+                  '| variant | candidates | default chose | default / fastest |', '|---|---|---|---|']
+        lines += ['| ' + ' | '.join(row) + ' |' for row in against]
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, 'w', encoding='utf-8') as f:
         f.write('\n'.join(lines) + '\n')

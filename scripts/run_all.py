@@ -118,11 +118,13 @@ def run_step(argv, out, log, run_flags):
 
 
 def epochs_trained(stdout):
-    """The epochs a budgeted training step ran, from what run.py printed (its plan, or where it
-    stopped when the epochs ran slower than planned); None without a time budget."""
-    stopped = re.search(r'time budget: stopping after epoch (\d+)', stdout)
-    planned = re.search(r'time budget [\d.]+ min: (\d+) epochs', stdout)
-    return int((stopped or planned).group(1)) if stopped or planned else None
+    """The epochs a budgeted training step ran, from what run.py printed (its plan, the plan
+    made again after the first epoch, or where it stopped when the epochs ran slower than
+    planned); None without a time budget."""
+    found = (re.search(r'time budget: stopping after epoch (\d+)', stdout)
+             or re.search(r'time budget: the first epoch took [\d.]+ s: (\d+) epochs', stdout)
+             or re.search(r'time budget [\d.]+ min: (\d+) epochs', stdout))
+    return int(found.group(1)) if found else None
 
 
 def dev_accuracy(out, name):
@@ -302,7 +304,7 @@ def main():
                 budget = []
                 if args.time_budget is not None and step in BUDGET_WEIGHTS:
                     minutes = stage_budget(deadline - time.time(), step, todo[1:])
-                    budget = ['--time_budget', f'{max(minutes, 0.001):.3f}']
+                    budget = ['--time_budget', f'{max(minutes, 0.001):.3f}', '--time_budget_share']
                 seconds, stdout = run_step(argv + budget, out, log, run_flags)
                 timings.setdefault(name, {})[step] = seconds
                 epochs = epochs_trained(stdout)

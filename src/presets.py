@@ -79,35 +79,42 @@ def _preset(model=None, rehearsal_lead=None, time_budget=None, **stage_changes):
     return preset
 
 
+# The CPU recipe (README, results/cpu/): vanilla pretrain + finetune on a 2-core CPU in a time
+# budget. NOT the handout's settings: its model without dropout, pretraining at batch 64 (twice
+# the handout's updates per epoch) with a learning rate of 1.5e-3 (the handout's 6e-3, at its
+# batch of 128, stalled near a loss of 2.6 without dropout), for as many epochs as end within the
+# preset's budget on the machine it runs on (at most the handout's 650), the cosine schedule
+# compressed to them. Measured with 180 fixed epochs on a 2-core AVX-512-BF16 EPYC (bf16):
+# 15.8% dev in 38.6 minutes; 200 epochs reached 16.0% and 25.6% (results/cpu/).
+# Finetuning is the handout's (10 epochs, or fewer if they do not end within the budget) plus a
+# rehearsal of the pretraining corpus led by "Where was " (dataset.LeadInDataset): a pretrained
+# model stores a person's facts under the name at the start of a line, and the rehearsal teaches
+# it to read them with the name where the question puts it (4.4% -> 8.2% dev for a smaller
+# model, results/cpu/).
+CPU_RECIPE = dict(
+    model=dict(embd_pdrop=0.0, resid_pdrop=0.0, attn_pdrop=0.0),
+    pretrain=dict(max_epochs=650, batch_size=64, learning_rate=1.5e-3,
+                  final_tokens_per_example=650 * (BLOCK_SIZE - 1)),
+    rehearsal_lead='Where was ',
+)
+
 PRESETS = {
     'handout': _preset(),
-    # The README's first command on a machine without a GPU: the whole pipeline in a few
-    # minutes, to see it work end to end. At this length the model answers almost nothing right.
+    # A smoke run: the whole pipeline in a few minutes on a CPU, to see it work end to end
+    # (`bash scripts/main.sh --preset cpu-quick`). At this length the model answers 0% right.
     'cpu-quick': _preset(
         pretrain=dict(max_epochs=2, batch_size=32, learning_rate=3e-3),
         finetune_scratch=dict(max_epochs=2),
         finetune_pretrained=dict(max_epochs=2),
     ),
-    # The CPU recipe (README, results/cpu/): vanilla pretrain + finetune on a 2-core CPU in 45
-    # minutes. NOT the handout's settings: its model without dropout, pretraining at batch 64
-    # (twice the handout's updates per epoch) with a learning rate of 1.5e-3 (the handout's 6e-3,
-    # at its batch of 128, stalled near a loss of 2.6 without dropout), for as many epochs as end
-    # within 38 minutes on the machine it runs on (at most the handout's 650), the cosine schedule
-    # compressed to them. Measured with 180 fixed epochs on a 2-core AVX-512-BF16 EPYC (bf16):
-    # 15.8% dev in 38.6 minutes; 200 epochs reached 16.0% and 25.6% (results/cpu/).
-    # Finetuning is the handout's (10 epochs, or fewer if they do not end within 5 minutes) plus
-    # a rehearsal of the pretraining corpus led by "Where was " (dataset.LeadInDataset): a
-    # pretrained model stores a person's facts under the name at the start of a line, and the
-    # rehearsal teaches it to read them with the name where the question puts it (4.4% -> 8.2%
-    # dev for a smaller model, results/cpu/). 38 + 5 minutes leave 2 for the London baseline,
+    # The CPU recipe (CPU_RECIPE) in 45 minutes, the README's: 15.8% dev on a 2-core
+    # AVX-512-BF16 EPYC (bf16; results/cpu/). 38 + 5 minutes leave 2 for the London baseline,
     # the evaluations and the start of each command.
-    'cpu-45min': _preset(
-        model=dict(embd_pdrop=0.0, resid_pdrop=0.0, attn_pdrop=0.0),
-        pretrain=dict(max_epochs=650, batch_size=64, learning_rate=1.5e-3,
-                      final_tokens_per_example=650 * (BLOCK_SIZE - 1)),
-        rehearsal_lead='Where was ',
-        time_budget={'pretrain': 38, 'finetune_pretrained': 5},
-    ),
+    'cpu-45min': _preset(**CPU_RECIPE, time_budget={'pretrain': 38, 'finetune_pretrained': 5}),
+    # The same in 20 minutes, `bash scripts/main.sh`'s default without a GPU: about the shares
+    # run_all.py --time_budget 20 gives (results/cpu-budget/: on a 2-core AVX2 EPYC, fp32, 23
+    # pretraining epochs, 4.4% dev, mostly "London": too short there to beat the London baseline).
+    'cpu-20min': _preset(**CPU_RECIPE, time_budget={'pretrain': 17, 'finetune_pretrained': 2}),
 }
 
 

@@ -10,6 +10,7 @@ Every flag of the handout editions (2021-22 synthesizer, 2022-23 perceiver, 2024
 there, with the handout's values as defaults (see presets.py). Flags the handout does not have
 only change how fast or how long a run is.
 """
+import argparse
 import atexit
 import os
 import sys
@@ -62,6 +63,9 @@ def parse_args(argv=None):
                        help='pretrain/finetune: measure this machine\'s speed on the first steps, '
                             'then train the epochs (at most --max_epochs) that end within MINUTES, '
                             'the learning-rate schedule compressed to them')
+    # run_all.py's share of a whole-run budget: too small for one epoch trains one, with a
+    # warning, as a preset's budget does (the user's own --time_budget: an error)
+    extra.add_argument('--time_budget_share', action='store_true', help=argparse.SUPPRESS)
     extra.add_argument('--batch_size', type=int, default=None)
     extra.add_argument('--seed', type=int, default=0, help='seeds python, torch (default 0)')
     extra.add_argument('--device', choices=('auto', 'cpu', 'cuda'), default='auto')
@@ -255,7 +259,8 @@ def train(gpt, data, args, stage, pretrain_len, lr, device, writer, path):
         path_cache=path_cache(),
         log_every=1 if device == 'cpu' else 25,
         resume_path=path + '.ckpt', resume=args.resume, checkpoint_every=args.checkpoint_every,
-        time_budget=None if budget is None else budget * 60, start_time=START)
+        time_budget=None if budget is None else budget * 60, start_time=START,
+        budget_may_grow=args.time_budget is None or args.time_budget_share)
     trainer.Trainer(gpt, data, None, tconf).train()
     if RANK == 0:
         # training is over: a first Ctrl-C/SIGTERM now waits until the params are on disk

@@ -63,6 +63,7 @@ class TrainerConfig:
     checkpoint_every = 0  # write resume_path every N epochs (0: only on Ctrl-C / SIGTERM)
     time_budget = None  # seconds: train as many epochs (up to max_epochs) as end within it
     start_time = None  # when the budget's clock started (time.time()); None: when train() starts
+    budget_may_grow = False  # a budget too small for one epoch trains one (a preset's), not an error (a flag's)
 
     def __init__(self, **kwargs):
         for k, v in kwargs.items():
@@ -130,6 +131,15 @@ def collate(dataset, indices, seed=None):
 def cpu_has_bf16():
     """Whether this CPU has bf16 arithmetic (AVX-512-BF16 or AMX): bf16 is a candidate there."""
     return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+
+
+def cpu_candidates(model):
+    """The ways of training `model` on this CPU that compute the same function, as (precision,
+    attention kernel) pairs: fp32, and bf16 autocast where the CPU has bf16 arithmetic; for
+    attention without dropout, the fused kernel (True) or the written-out math (False)."""
+    precisions = ['fp32', 'bf16'] if cpu_has_bf16() else ['fp32']
+    paths = model.cpu_attention_paths() if hasattr(model, 'cpu_attention_paths') else [None]
+    return [(p, k) for p in precisions for k in paths]
 
 
 def cpu_model():
@@ -360,6 +370,8 @@ class Trainer:
         model.train()
         with StopRequest(enabled=config.resume_path is not None) as stop:
             for epoch in range(start_epoch, config.max_epochs):
+                if epoch >= config.max_epochs:  # a time budget's re-plan (_replan) shortened the run
+                    break
                 epoch_start = generator.get_state()
                 batches = batch_indices(len(self.train_dataset), config.batch_size, generator)
                 skip = start_it if epoch == start_epoch else 0
@@ -386,6 +398,9 @@ class Trainer:
                         pbar.close()
                         raise TrainingInterrupted(config.resume_path)
                 flush(epoch, it)
+                if epoch == 0 and config.time_budget is not None and not config.resume:
+                    self._replan(clock, time.time() - start_time)  # (before a resume point saves it)
+                    pbar.total = steps_per_epoch * config.max_epochs
                 if self.test_dataset is not None:
                     self.evaluate_loss(self.test_dataset, autocast)
                     model.train()
@@ -460,10 +475,16 @@ class Trainer:
         left = config.time_budget - (time.time() - clock)
         fit = int(0.95 * left // epoch_seconds)  # 5% kept for epoch ends, saves, noise
         if fit < 1:
-            raise UsageError(f'--time_budget {config.time_budget / 60:g} min is too small for one '
-                             f'epoch: an epoch takes about {epoch_seconds / 60:.2f} min here '
-                             f'({steps_per_epoch} steps of {step:.3f} s)')
+            too_small = (f'{config.time_budget / 60:g} min is too small for one epoch: an epoch '
+                         f'takes about {epoch_seconds / 60:.2f} min here ({steps_per_epoch} steps '
+                         f'of {step:.3f} s)')
+            if not config.budget_may_grow:
+                raise UsageError('--time_budget ' + too_small)
+            if self.rank == 0:  # a preset's budget (or run_all's share) on a slow machine: still params
+                print(f'warning: the time budget of {too_small}; training one epoch', flush=True)
+            fit = 1
         epochs = min(fit, config.max_epochs)
+        self._asked = config.max_epochs, config.final_tokens  # for _replan
         if epochs < config.max_epochs:
             config.final_tokens = config.final_tokens * epochs / config.max_epochs
         if self.rank == 0:
@@ -485,11 +506,9 @@ class Trainer:
         bf16 is not always the faster: on one Intel Xeon with AVX-512-BF16 its matrix products
         ran slower than fp32's."""
         config = self.config
-        precisions = ['fp32', 'bf16'] if cpu_has_bf16() else ['fp32']
-        paths = raw_model.cpu_attention_paths() if hasattr(raw_model, 'cpu_attention_paths') else [None]
-        candidates = [(p, k) for p in precisions for k in paths]
+        candidates = cpu_candidates(raw_model)
         if len(candidates) == 1 or self.distributed:  # (ranks must agree: no measuring there)
-            choice, how = candidates[0] if len(candidates) == 1 else (precisions[-1], None), None
+            choice, how = candidates[0] if len(candidates) == 1 else (candidates[-1][0], None), None
         else:
             key = path_cache_key(raw_model, config.batch_size, len(self.train_dataset[0][1]))
             cache = read_path_cache(config.path_cache)
@@ -513,6 +532,29 @@ class Trainer:
             raw_model.set_cpu_attention_path(choice[1])
         if how is not None and self.rank == 0:
             print(f'auto: {path_name(choice)} ({how})', flush=True)
+
+    def _replan(self, clock, epoch_seconds):
+        """After the first epoch: the epochs that fit at the pace it ran, the schedule laid over
+        them from here on. The few steps _plan timed can mislead (their batches shorter or
+        longer than the average, none of the per-step logging or the epoch's end, a machine
+        busier or idler then than later); a whole epoch says more. The first epoch keeps the lr
+        of the first plan (near the top of the cosine either way)."""
+        config = self.config
+        asked, asked_final = self._asked
+        left = config.time_budget - (time.time() - clock)
+        epochs = min(1 + max(int(0.95 * left // epoch_seconds), 0), asked)
+        if self.distributed:  # every rank trains the same epochs: the fewest any rank can
+            t = torch.tensor([float(epochs)], device=self.device)
+            dist.all_reduce(t, op=dist.ReduceOp.MIN)
+            epochs = int(t.item())
+        if epochs == config.max_epochs:
+            return
+        if self.rank == 0:
+            print(f'\ntime budget: the first epoch took {epoch_seconds:.1f} s: {epochs} epochs '
+                  f'instead of {config.max_epochs} -> about {epochs * epoch_seconds / 60:.1f} min',
+                  flush=True)
+        config.final_tokens = asked_final * epochs / asked
+        config.max_epochs = epochs
 
     def _out_of_time(self, clock, spent, epochs_done, epoch):
         """With a time budget: whether another epoch, at the pace so far, would end past it (the

@@ -35,3 +35,54 @@ def test_mfu_is_flops_per_second_over_the_precisions_peak():
     assert benchmark.mfu(3e12, 2.0, 'bf16', {}) == '—'
     assert benchmark.peak_tflops('cpu', [1.0, 2.0]) == {'fp32': 1.0, 'bf16': 2.0}
     assert benchmark.peak_tflops('cpu', None) == {}
+
+
+def test_the_default_against_every_candidate(monkeypatch):
+    """The row compares the default's time per step with the fastest forced candidate's, each
+    candidate forced as given (stand-in timings: the kernel candidate 0.5 s, the math 0.4 s)."""
+    forced = []
+
+    def fake_steps(gpt, data, batch, steps, device, compile_model, path=None):
+        forced.append(path)
+        return {('fp32', True): 0.5, ('fp32', False): 0.4}[path], path[0], path[1]
+    monkeypatch.setattr(benchmark, 'fast_steps', fake_steps)
+    monkeypatch.setattr(benchmark.trainer, 'cpu_candidates', lambda m: [('fp32', True), ('fp32', False)])
+    wiki = type('Wiki', (), {'vocab_size': 256})()
+    args = type('Args', (), {'preset': 'cpu-45min', 'steps': 2})()
+    row = benchmark.against_candidates('vanilla', wiki, 64, args, 0.41, ('fp32', False))
+    assert forced == [('fp32', True), ('fp32', False)]
+    tokens = 64 * 127
+    assert row == ['vanilla', f'fp32 + attention kernel {tokens / 0.5:,.0f} tok/s, '
+                              f'fp32 + attention math {tokens / 0.4:,.0f} tok/s',
+                   f'fp32 + attention math: {tokens / 0.41:,.0f} tok/s', f'{0.4 / 0.41:.2f}x']
+    # one candidate (attention dropout, no bf16): nothing to measure
+    monkeypatch.setattr(benchmark.trainer, 'cpu_candidates', lambda m: [('fp32', None)])
+    forced.clear()
+    assert benchmark.against_candidates('vanilla', wiki, 64, args, 0.41, ('fp32', None))[3] == '1.00x (the only one)'
+    assert forced == []
+
+
+def test_a_forced_candidate_is_the_path_trained(monkeypatch):
+    """fast_steps(path=...) trains with that precision and attention path (a narrow model, 1 step)."""
+    monkeypatch.setitem(benchmark.presets.PRESETS, 'narrow', benchmark.presets._preset(
+        model=dict(n_layer=1, n_head=2, n_embd=32, embd_pdrop=0.0, resid_pdrop=0.0, attn_pdrop=0.0)))
+    text = open(os.path.join(REPO, 'data', 'wiki.txt'), encoding='utf-8').read()[:20000]
+    data = benchmark.dataset.CharCorruptionDataset(text, benchmark.presets.BLOCK_SIZE)
+    for path in (('fp32', True), ('fp32', False)):
+        gpt = benchmark.build('vanilla', data.vocab_size, True, 'narrow')
+        seconds, precision, kernel = benchmark.fast_steps(gpt, data, 4, 1, 'cpu', False, path=path)
+        assert (precision, kernel) == path and seconds > 0
+
+
+@pytest.mark.parametrize('model,capability,bf16,want', [
+    ('AMD EPYC', 'AVX2', False, 'amd-epyc-avx2'),
+    ('AMD EPYC 9B14', 'AVX512', True, 'amd-epyc-9b14-avx512-bf16'),
+    ('Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz', 'AVX512', True,
+     'intel-xeon-platinum-8481c-cpu-2-70ghz-avx512-bf16'),
+])
+def test_the_machine_kind_names_the_cpu_and_its_arithmetic(monkeypatch, model, capability, bf16, want):
+    """The default report name tells the machines apart whose fastest paths differ."""
+    monkeypatch.setattr(benchmark.trainer, 'cpu_model', lambda: model)
+    monkeypatch.setattr(benchmark.trainer, 'cpu_has_bf16', lambda: bf16)
+    monkeypatch.setattr(benchmark.torch.backends.cpu, 'get_cpu_capability', lambda: capability)
+    assert benchmark.machine_kind('cpu') == want

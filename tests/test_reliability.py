@@ -17,6 +17,7 @@ All runs are tiny: a ~30-line corpus, batch 8, one to a few epochs, fp32 on the 
 """
 import hashlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -254,6 +255,23 @@ def test_bad_input_is_one_error_line(case, cli, ws):
     assert_one_error(cli(*argv), ws, *words)
     assert not (ws / 'nodir').exists()
     assert not (ws / 'expt').exists()  # not even a tensorboard folder (made at the first step)
+
+
+def test_a_share_of_a_whole_run_budget_too_small_trains_one_epoch(cli, ws):
+    """run_all.py's shares (--time_budget_share) are not the user's own budget: one too small
+    for an epoch trains one, saying so, where the user's own is an error (BAD_INPUT)."""
+    code, out, err = cli('pretrain', 'vanilla', 'corpus.txt', '--time_budget', '0.001',
+                         '--time_budget_share', '--writing_params_path', 'share.params',
+                         '--max_epochs', '3', *FAST)
+    try:
+        assert code == 0, err
+        assert "warning: the time budget of 0.001 min is too small for one epoch" in out
+        assert 'training one epoch' in out
+        assert torch.load(ws / 'share.params', weights_only=True).keys() == \
+            torch.load(ws / 'vanilla.params', weights_only=True).keys()
+    finally:
+        (ws / 'share.params').unlink(missing_ok=True)
+        shutil.rmtree(ws / 'expt', ignore_errors=True)
 
 
 def test_unwritable_output_folder_fails_before_training(cli, ws, tmp_path):

@@ -144,4 +144,7 @@ def test_the_epochs_a_budget_chose_are_read_from_run_py():
     planned = 'time budget 38 min: 55 epochs of 46 steps (0.900 s per step measured, 41.4 s per epoch) -> about 38.0 min\n'
     assert run_all.epochs_trained('data has 10 characters\n' + planned) == 55
     assert run_all.epochs_trained(planned + '\ntime budget: stopping after epoch 50 of 55 (...)\n') == 50
+    replanned = '\ntime budget: the first epoch took 43.1 s: 51 epochs instead of 55 -> about 36.6 min\n'
+    assert run_all.epochs_trained(planned + replanned) == 51
+    assert run_all.epochs_trained(planned + replanned + 'time budget: stopping after epoch 49 of 51') == 49
     assert run_all.epochs_trained('number of parameters: 3323392\n') is None

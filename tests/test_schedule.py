@@ -2,6 +2,7 @@
 floor), weight decay groups, and the padding trimming that must change neither the schedule nor
 the loss."""
 import math
+import re
 import time
 
 import pytest
@@ -262,6 +263,18 @@ def test_the_handout_preset_is_the_handouts_run_py():
     assert presets.rehearsal_lead('handout') is None  # the handout finetunes on the questions alone
 
 
+def test_the_cpu_recipes_differ_only_in_their_budgets():
+    """cpu-20min (main.sh's default without a GPU) is cpu-45min's recipe in 17 + 2 minutes."""
+    import presets
+    short, long = presets.PRESETS['cpu-20min'], presets.PRESETS['cpu-45min']
+    assert {k: v for k, v in short.items() if k != 'time_budget'} == \
+        {k: v for k, v in long.items() if k != 'time_budget'}
+    assert short['time_budget'] == {'pretrain': 17, 'finetune_pretrained': 2}
+    assert long['time_budget'] == {'pretrain': 38, 'finetune_pretrained': 5}
+    assert presets.time_budget('cpu-20min', 'finetune_scratch') is None
+    assert long['pretrain']['batch_size'] == 64 and long['model']['attn_pdrop'] == 0.0
+
+
 def test_the_2024_edition_pretrains_to_650_epochs_of_tokens():
     """The RoPE edition's run.py: final_tokens = 650 x len(pretrain_dataset) x block_size for
     pretraining (200 x before), finetuning unchanged; other presets keep their own schedules."""
@@ -280,9 +293,9 @@ def test_the_2024_edition_pretrains_to_650_epochs_of_tokens():
 
 # ---- the time budget ----------------------------------------------------------------------------
 
-def budgeted_run(data, budget, max_epochs=4, seed=0):
-    """A Trainer run (dataset `data`, batches of 8) with time_budget seconds; (trainer, params,
-    lrs logged)."""
+def budgeted_run(data, budget, max_epochs=4, seed=0, **config):
+    """A Trainer run (dataset `data`, batches of 8) with time_budget seconds (and other
+    TrainerConfig `config`); (trainer, params, lrs logged)."""
     torch.manual_seed(seed)
     import random
     random.seed(seed)
@@ -291,7 +304,7 @@ def budgeted_run(data, budget, max_epochs=4, seed=0):
     conf = trainer.TrainerConfig(max_epochs=max_epochs, batch_size=8, learning_rate=1e-3,
                                  lr_decay=True, warmup_tokens=100,
                                  final_tokens=max_epochs * 20 * 127,  # the cosine over every epoch
-                                 writer=writer, time_budget=budget)
+                                 writer=writer, time_budget=budget, **config)
     t = trainer.Trainer(gpt, data, None, conf)
     t.train()
     return t, gpt.state_dict(), [v for _, v in writer.scalars['train/lr']]
@@ -307,25 +320,63 @@ def test_a_budget_that_fits_every_epoch_changes_nothing(name_data, capsys):
     assert all(torch.equal(got[k], want[k]) for k in want)
 
 
+def slow_steps(monkeypatch, seconds):
+    """Every training step takes `seconds` longer (a stand-in for a slow machine)."""
+    real_step = trainer.Trainer._step
+
+    def slow_step(self, *args):
+        time.sleep(seconds)
+        return real_step(self, *args)
+    monkeypatch.setattr(trainer.Trainer, '_step', slow_step)
+
+
+def test_a_budget_too_small_for_one_epoch(name_data, monkeypatch, capsys):
+    """A flag's budget too small for one epoch is the user's error; a preset's (run.py sets
+    budget_may_grow) trains one epoch on such a machine, with a warning saying so."""
+    slow_steps(monkeypatch, 0.05)
+    with pytest.raises(trainer.UsageError, match='--time_budget 0.0025 min is too small for one epoch'):
+        budgeted_run(name_data, 0.15)
+    t, _, lrs = budgeted_run(name_data, 0.15, budget_may_grow=True)
+    assert t.config.max_epochs == 1 and len(lrs) == 3
+    assert ("warning: the time budget of 0.0025 min is too small for one epoch"
+            in capsys.readouterr().out)
+
+
 def test_a_budget_that_binds_compresses_the_schedule(name_data, monkeypatch, capsys):
     """Steps of 50 ms (a stand-in for a slow machine), 3 per epoch, a 1.5 s budget: the epochs
     that end within 95% of what is left after measuring, the cosine laid over them (its 10% floor
     reached at the last step), and the run ends inside the budget."""
-    real_step = trainer.Trainer._step
-
-    def slow_step(self, *args):
-        time.sleep(0.05)
-        return real_step(self, *args)
-    monkeypatch.setattr(trainer.Trainer, '_step', slow_step)
+    slow_steps(monkeypatch, 0.05)
     start = time.time()
     t, _, lrs = budgeted_run(name_data, 1.5, max_epochs=50)
     took = time.time() - start
     out = capsys.readouterr().out
     epochs = t.config.max_epochs
     assert 2 <= epochs <= 8, out
-    assert f'time budget 0.025 min: {epochs} epochs of 3 steps' in out
+    planned = int(re.search(r'time budget 0.025 min: (\d+) epochs of 3 steps', out).group(1))
+    assert planned == epochs or f': {epochs} epochs instead of {planned}' in out  # (a re-plan)
     assert t.config.final_tokens == pytest.approx(50 * 20 * 127 * epochs / 50)
     assert len(lrs) == 3 * epochs and lrs[-1] == pytest.approx(1e-4)
     # the cosine reaches its floor (80% of the way) near the end, not long before
     assert lrs[int(0.7 * len(lrs)) - 1] > 1.5e-4
     assert took < 1.5
+
+
+def test_the_first_epoch_corrects_a_misleading_measurement(name_data, monkeypatch, capsys):
+    """The timed steps said 1 ms a step, the steps take 100 ms (3 per epoch): the plan's 50
+    epochs would take 15 s of a 4 s budget. After the first epoch the run re-plans at the pace
+    it saw: it ends inside the budget with its schedule finished (the lr at its 10% floor at the
+    last step), not cut short by the safety net."""
+    slow_steps(monkeypatch, 0.1)
+    monkeypatch.setattr(trainer.Trainer, '_timed_steps', lambda self, *a, **k: [0.001] * 3)
+    start = time.time()
+    t, _, lrs = budgeted_run(name_data, 4, max_epochs=50, start_time=start)
+    took = time.time() - start
+    out = capsys.readouterr().out
+    epochs = t.config.max_epochs
+    assert 'time budget 0.0666667 min: 50 epochs of 3 steps' in out
+    assert f': {epochs} epochs instead of 50' in out and 1 <= epochs <= 13, out
+    assert 'stopping after epoch' not in out
+    assert t.config.final_tokens == pytest.approx(50 * 20 * 127 * epochs / 50)
+    assert len(lrs) == 3 * epochs and lrs[-1] == pytest.approx(1e-4)
+    assert took < 4

@@ -126,6 +126,11 @@ def collate(dataset, indices, seed=None):
         random.setstate(state)
 
 
+def epochs_that_fit(seconds, epoch_seconds):
+    """Whole epochs of `epoch_seconds` within `seconds`, 5% kept for epoch ends, saves, noise."""
+    return int(0.95 * seconds // epoch_seconds)
+
+
 # ---- precision 'auto' on a CPU: the machine's measured choice, remembered --------------------------
 
 def cpu_has_bf16():
@@ -133,13 +138,18 @@ def cpu_has_bf16():
     return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
 
 
+def attention_paths(model):
+    """The CPU attention paths `model` can train through (model.GPT.cpu_attention_paths), or
+    [None] for a model without a choice."""
+    return model.cpu_attention_paths() if hasattr(model, 'cpu_attention_paths') else [None]
+
+
 def cpu_candidates(model):
     """The ways of training `model` on this CPU that compute the same function, as (precision,
     attention kernel) pairs: fp32, and bf16 autocast where the CPU has bf16 arithmetic; for
     attention without dropout, the fused kernel (True) or the written-out math (False)."""
     precisions = ['fp32', 'bf16'] if cpu_has_bf16() else ['fp32']
-    paths = model.cpu_attention_paths() if hasattr(model, 'cpu_attention_paths') else [None]
-    return [(p, k) for p in precisions for k in paths]
+    return [(p, k) for p in precisions for k in attention_paths(model)]
 
 
 def cpu_model():
@@ -155,10 +165,9 @@ def path_cache_key(model, batch_size, example_length):
     """What a measured choice holds for: this machine (CPU model, cores, threads, torch) and
     this run's shape (the model's parameters and attention paths, the batch)."""
     n = sum(p.numel() for p in model.parameters())
-    paths = model.cpu_attention_paths() if hasattr(model, 'cpu_attention_paths') else [None]
     return (f'{cpu_model()} | {os.cpu_count()} cores, {torch.get_num_threads()} threads | torch '
             f'{torch.__version__} | {type(model).__name__} {n} parameters, attention paths '
-            f'{paths} | batch {batch_size} x {example_length}')
+            f'{attention_paths(model)} | batch {batch_size} x {example_length}')
 
 
 def path_name(choice):
@@ -473,7 +482,7 @@ class Trainer:
             step = float(t)
         epoch_seconds = step * steps_per_epoch
         left = config.time_budget - (time.time() - clock)
-        fit = int(0.95 * left // epoch_seconds)  # 5% kept for epoch ends, saves, noise
+        fit = epochs_that_fit(left, epoch_seconds)
         if fit < 1:
             too_small = (f'{config.time_budget / 60:g} min is too small for one epoch: an epoch '
                          f'takes about {epoch_seconds / 60:.2f} min here ({steps_per_epoch} steps '
@@ -483,17 +492,22 @@ class Trainer:
             if self.rank == 0:  # a preset's budget (or run_all's share) on a slow machine: still params
                 print(f'warning: the time budget of {too_small}; training one epoch', flush=True)
             fit = 1
+        self._asked = config.max_epochs, config.final_tokens  # what _train_epochs scales
         epochs = min(fit, config.max_epochs)
-        self._asked = config.max_epochs, config.final_tokens  # for _replan
-        if epochs < config.max_epochs:
-            config.final_tokens = config.final_tokens * epochs / config.max_epochs
         if self.rank == 0:
             print(f'time budget {config.time_budget / 60:g} min: {epochs} epochs of {steps_per_epoch} '
                   f'steps ({step:.3f} s per step measured, {epoch_seconds:.1f} s per epoch) -> about '
                   f'{epochs * epoch_seconds / 60:.1f} min'
                   + ('' if epochs < config.max_epochs else f' (all {epochs}: the most asked for)'),
                   flush=True)
-        config.max_epochs = epochs
+        self._train_epochs(epochs)
+
+    def _train_epochs(self, epochs):
+        """Train `epochs` of the max_epochs asked for, the learning-rate schedule laid over them
+        (final_tokens scaled by the same factor: the cosine keeps its shape, compressed)."""
+        asked, asked_final = self._asked
+        self.config.final_tokens = asked_final * epochs / asked if epochs < asked else asked_final
+        self.config.max_epochs = epochs
 
     # ---- precision 'auto' on a CPU: measured, not guessed --------------------------------------
 
@@ -540,9 +554,8 @@ class Trainer:
         busier or idler then than later); a whole epoch says more. The first epoch keeps the lr
         of the first plan (near the top of the cosine either way)."""
         config = self.config
-        asked, asked_final = self._asked
         left = config.time_budget - (time.time() - clock)
-        epochs = min(1 + max(int(0.95 * left // epoch_seconds), 0), asked)
+        epochs = min(1 + max(epochs_that_fit(left, epoch_seconds), 0), self._asked[0])
         if self.distributed:  # every rank trains the same epochs: the fewest any rank can
             t = torch.tensor([float(epochs)], device=self.device)
             dist.all_reduce(t, op=dist.ReduceOp.MIN)
@@ -553,8 +566,7 @@ class Trainer:
             print(f'\ntime budget: the first epoch took {epoch_seconds:.1f} s: {epochs} epochs '
                   f'instead of {config.max_epochs} -> about {epochs * epoch_seconds / 60:.1f} min',
                   flush=True)
-        config.final_tokens = asked_final * epochs / asked
-        config.max_epochs = epochs
+        self._train_epochs(epochs)
 
     def _out_of_time(self, clock, spent, epochs_done, epoch):
         """With a time budget: whether another epoch, at the pace so far, would end past it (the

@@ -3,6 +3,7 @@
     python scripts/benchmark.py                      # CPU: results/benchmarks-<machine kind>.md
     python scripts/benchmark.py --device cuda       # e.g. results/benchmarks-nvidia-h100-80gb-hbm3.md
     python scripts/benchmark.py --compile ...       # a column for the fast path under torch.compile
+    python scripts/benchmark.py --rounds 3 ...      # plain and fast take turns 3 times (medians)
 
 Training: tokens/s as the handout counts them (batch x 127 per step, padding included), the
 handout's model with its dropout of 0.1 and its batch sizes (--preset: another preset's model and
@@ -135,11 +136,15 @@ def against_candidates(variant, wiki, batch, args, default, rounds=3):
             t, *_ = fast_steps(build(variant, wiki.vocab_size, True, args.preset), wiki, batch,
                                args.steps, 'cpu', False, path=path)
             seconds[path].append(t)
-    median = {path: sorted(ts)[len(ts) // 2] for path, ts in seconds.items()}
+    median_of = {path: median(ts) for path, ts in seconds.items()}
     tokens = batch * (presets.BLOCK_SIZE - 1)
     return [variant, ', '.join(f'{trainer.path_name(c)} {tokens / t:,.0f} tok/s'
-                               for c, t in median.items()),
-            trainer.path_name(default), f'{min(median.values()) / median[default]:.2f}x']
+                               for c, t in median_of.items()),
+            trainer.path_name(default), f'{min(median_of.values()) / median_of[default]:.2f}x']
+
+
+def median(values):
+    return sorted(values)[len(values) // 2]
 
 
 def needed_lengths(data, rows=2000):
@@ -234,6 +239,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--device', default='cpu', choices=('cpu', 'cuda'))
     ap.add_argument('--steps', type=int, default=3, help='timed steps per training measurement')
+    ap.add_argument('--rounds', type=int, default=1,
+                    help='plain and fast take turns this many times per row (medians)')
     ap.add_argument('--variants', nargs='+', default=['vanilla', 'synthesizer', 'perceiver', 'rope'],
                     choices=['vanilla', 'synthesizer', 'perceiver', 'rope'])
     ap.add_argument('--eval_questions', type=int, default=500)
@@ -269,15 +276,24 @@ def main():
         per_epoch = math.ceil(len(data) / batch)
         for variant in variants:
             flops = batch * flops_per_example(variant, wiki.vocab_size, lengths[stage], args.preset)
-            utils.set_seed(0)
-            t_plain = plain_steps(build(variant, wiki.vocab_size, False, args.preset), data, batch,
-                                  args.steps, args.device) + startup / per_epoch
-            utils.set_seed(0)
-            t_fast, precision, kernel = fast_steps(build(variant, wiki.vocab_size, True, args.preset),
-                                                   data, batch, args.steps, args.device, False)
+            # the plain path's work: every example over all its columns
+            work = batch * flops_per_example(variant, wiki.vocab_size,
+                                             [presets.BLOCK_SIZE - 1], args.preset) / flops
+            plains, fasts = [], []
+            for _ in range(args.rounds):  # taking turns: a drift in the machine's pace hits both
+                utils.set_seed(0)
+                plains.append(plain_steps(build(variant, wiki.vocab_size, False, args.preset), data,
+                                          batch, args.steps, args.device) + startup / per_epoch)
+                utils.set_seed(0)
+                t_fast, precision, kernel = fast_steps(build(variant, wiki.vocab_size, True,
+                                                             args.preset),
+                                                       data, batch, args.steps, args.device, False)
+                fasts.append(t_fast)
+            t_plain, t_fast = median(plains), median(fasts)
             tokens = batch * (presets.BLOCK_SIZE - 1)
             row = [f'{stage} {variant}', f'{tokens / t_plain:,.0f} tok/s',
-                   f'{tokens / t_fast:,.0f} tok/s ({trainer.path_name((precision, kernel))})', f'{t_plain / t_fast:.2f}x']
+                   f'{tokens / t_fast:,.0f} tok/s ({trainer.path_name((precision, kernel))})',
+                   f'{t_plain / t_fast:.2f}x', f'{work:.2f}x']
             mfus = [mfu(flops, t_plain, 'fp32', peaks), mfu(flops, t_fast, precision, peaks)]
             if args.compile:
                 utils.set_seed(0)
@@ -302,7 +318,7 @@ def main():
     print(rows[-1], flush=True)
 
     compiled = ['fast + torch.compile'] if args.compile else []
-    columns = (['measurement', 'plain (handout)', 'fast (this code)', 'ratio'] + compiled
+    columns = (['measurement', 'plain (handout)', 'fast (this code)', 'ratio', 'work ratio'] + compiled
                + ['MFU plain', 'MFU fast'] + [f'MFU {c}' for c in compiled])
     cmd = 'python scripts/benchmark.py ' + ' '.join(sys.argv[1:])
     lines = ['# Benchmark: handout-equivalent path vs fast path', '',
@@ -311,11 +327,16 @@ def main():
              f'- model: preset `{args.preset}`, ' + ', '.join(
                  f'{k}={v}' for k, v in presets.model_values(args.preset).items())
              + f'; batch sizes: pretrain {batches["pretrain"]}, finetune {batches["finetune"]}',
-             f'- training: {args.steps} timed steps per row after a warm-up; plain includes the '
+             f'- training: {args.steps} timed steps per measurement after a warm-up, plain and '
+             f'fast taking turns {args.rounds} time(s) per row (medians); plain includes the '
              'per-epoch start-up of 4 DataLoader workers, spread over one epoch\'s steps',
              '- positions computed by the fast path on a CPU (up to the last non-PAD target of each '
              'row), as a share of the padded rows the plain path computes: '
              + ', '.join(f'{k} {v:.0%}' for k, v in shares.items()),
+             '- work ratio: the FLOPs of the plain path (every example over all 127 columns) over '
+             'those of each example up to its last non-PAD target (the least any path computes for '
+             'the loss): what skipping work alone can give a path computing at the plain path\'s '
+             'FLOP/s; a larger speed-up needs faster arithmetic or fewer other costs',
              '- evaluation: randomly initialised model (no early stopping helps: every question runs '
              'all 32 steps unless it emits two ⁇)',
              '- MFU: FLOPs of the positions that can change the loss (forward + backward, counted by '

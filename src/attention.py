@@ -47,7 +47,11 @@ class Dropout(nn.Dropout):
         n = x.numel()
         draws = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-2 ** 63, None)
         bits = draws.view(torch.int16)[:n].view(x.shape)  # uniform on -2^15..2^15-1
-        return x * (bits >= dropped - 2 ** 15) * (2 ** 16 / (2 ** 16 - dropped))
+        keep, scale = bits >= dropped - 2 ** 15, 2 ** 16 / (2 ** 16 - dropped)
+        if x.dtype == torch.float32:
+            # one multiplier tensor: the backward is then one product, not two
+            return x * keep.float().mul_(scale)
+        return x * keep * scale  # (a bf16 multiplier would round the scale, biasing the mean)
 
 
 def precompute_rotary_emb(dim, max_positions):
@@ -201,12 +205,13 @@ def attend(scores_or_q, k, v, mask, attn_drop, fast, causal=True, cpu_kernel=Non
     says that `mask` is a top-left-aligned tril slice, which is exactly what is_causal=True means
     for Tq != Tk too; other masks (decoding) are passed as they are. When k is None,
     `scores_or_q` already holds the scores (the synthesizer) and only the plain path applies.
-    Training on a CPU takes the plain path in two cases where it is the faster one: with
-    attention dropout (the fused kernels have no dropout there: scaled_dot_product_attention
-    would fall back to the same math, with nn.Dropout's slower draws), and under bf16 autocast,
-    where the fused CPU kernel's forward and backward were the slower (the handout's model
-    without dropout, batch 128: about 22k tokens/s against 38k with the math, a 2-core
-    AVX-512-BF16 EPYC; in fp32 the two ran at the same speed there, so fp32 keeps the kernel).
+    Training on a CPU takes the written-out math (on the fast path, as `causal_math`) in two
+    cases where it is the faster one: with attention dropout (the fused kernels have no dropout
+    there: scaled_dot_product_attention would fall back to the same math, with nn.Dropout's
+    slower draws), and under bf16 autocast, where the fused CPU kernel's forward and backward
+    were the slower (the handout's model without dropout, batch 128: about 22k tokens/s against
+    38k with the math, a 2-core AVX-512-BF16 EPYC; in fp32 the two ran at the same speed there,
+    so fp32 keeps the kernel).
     Machines differ: `cpu_kernel` (True/False), when set, is the path measured fastest for this
     run's model on this machine (trainer.Trainer._choose_paths), used in training on a CPU
     without attention dropout; None keeps the rule above.
@@ -218,6 +223,8 @@ def attend(scores_or_q, k, v, mask, attn_drop, fast, causal=True, cpu_kernel=Non
         return F.scaled_dot_product_attention(
             scores_or_q, k, v, attn_mask=None if causal else mask.bool(), is_causal=causal,
             dropout_p=attn_drop.p if attn_drop.training else 0.0)
+    if fast and k is not None and causal:
+        return causal_math(scores_or_q, k, v, attn_drop)
     if k is None:
         att = scores_or_q
     else:
@@ -226,6 +233,22 @@ def attend(scores_or_q, k, v, mask, attn_drop, fast, causal=True, cpu_kernel=Non
     att = F.softmax(att, dim=-1)
     att = attn_drop(att)
     return att @ v
+
+
+def causal_math(q, k, v, attn_drop):
+    """attend's plain math with a causal mask, in fewer passes over the (..., T, S) weights: the
+    fast path's math in training on a CPU. The scale and the mask ride on the batched product
+    (baddbmm adds -1e10 above the diagonal, where masked_fill would set -1e10: either way the
+    softmax gives those entries weight 0), and the batches are flattened to 3-D, whose products
+    transpose in the backward without copies. On a 2-core AVX2 EPYC (fp32, the handout's model,
+    batch 128, dropout 0.1) this took about a quarter off the attention's forward and backward."""
+    *batch, T, hs = q.shape
+    S = k.size(-2)
+    q, k, v = (x.reshape(-1, x.size(-2), hs) for x in (q, k, v))
+    above = torch.full((T, S), -1e10, device=q.device).triu_(1)  # the top-left-aligned tril
+    att = torch.baddbmm(above, q, k.transpose(1, 2), alpha=1.0 / math.sqrt(hs))
+    att = attn_drop(F.softmax(att, dim=-1))
+    return (att @ v).view(*batch, T, hs)
 
 
 class CausalSelfAttention(nn.Module):

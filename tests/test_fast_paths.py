@@ -21,6 +21,7 @@ import torch
 import attention
 from conftest import LossLog
 import dataset
+import handout_reference
 import model
 import trainer
 import utils
@@ -177,6 +178,47 @@ def test_sdpa_and_plain_attention_agree_with_gradients(kind, shapes, device):
     for a, b in zip(g_fast, g_plain):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
     assert y_fast.abs().mean() > 0.1 and all(g.abs().sum() > 0 for g in g_fast)
+
+
+@pytest.mark.parametrize('kind,shapes', [
+    ('self', [(3, 40, 32)]),
+    ('cross', [(3, 30, 32), (1, 8, 32)]),   # the perceiver's down projection: C as queries
+    ('cross', [(3, 8, 32), (3, 30, 32)]),   # the up projection: more queries than keys
+    ('rope', [(3, 40, 32)]),
+])
+def test_cpu_training_attention_with_dropout_is_the_handouts_math(kind, shapes):
+    """Training on a CPU with attention dropout, the fast path computes attention as
+    attention.causal_math (the scale and mask inside one batched product): the handout's
+    written-out math, as the reference module has it, with nn.Dropout's draws on both sides (the
+    same masks), gives the same outputs and gradients."""
+    over = dict(n_layer=1, n_head=4, n_embd=32, attn_pdrop=0.3, resid_pdrop=0.0,
+                rope=kind == 'rope')
+    conf = model.GPTConfig(30, 40, fast_attention=True, fast_dropout=False, **over)
+    cls, ref_cls = ((attention.CausalCrossAttention, handout_reference.RefCausalCrossAttention)
+                    if kind == 'cross' else
+                    (attention.CausalSelfAttention, handout_reference.RefCausalSelfAttention))
+    torch.manual_seed(4)
+    fast = cls(conf)
+    with torch.no_grad():
+        for p in fast.parameters():
+            p.normal_(0, 0.3)
+    ref = ref_cls(handout_reference.RefGPTConfig(30, 40, **over))
+    ref.load_state_dict(fast.state_dict())
+    gen = torch.Generator().manual_seed(5)
+    xs = [torch.randn(s, generator=gen) for s in shapes]
+    results = []
+    for mod in (fast.train(), ref.train()):
+        inputs = [x.clone().requires_grad_() for x in xs]
+        torch.manual_seed(9)
+        y = mod(*inputs)
+        (y * torch.linspace(-1, 1, y.numel()).view_as(y)).sum().backward()
+        results.append((y.detach(), grads(mod, inputs)))
+    (y_fast, g_fast), (y_ref, g_ref) = results
+    torch.testing.assert_close(y_fast, y_ref, atol=1e-5, rtol=1e-4)
+    for a, b in zip(g_fast, g_ref):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+    with torch.no_grad():  # the dropout did drop: without it the output differs
+        assert (fast.eval()(*xs) - y_fast).abs().max() > 1e-2
 
 
 def test_cpu_bf16_training_takes_the_written_out_math(data):

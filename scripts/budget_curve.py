@@ -52,12 +52,13 @@ def last_epoch_loss(folder, model, preset):
 def measure(minutes, preset, model, folder):
     with open(os.path.join(folder, 'report.json'), encoding='utf-8') as f:
         report = json.load(f)
-    entry = next(m for m in report['models'] if m['model'] == model)
+    entry, london = (next(m for m in report['models'] if m['model'] == name)
+                     for name in (model, 'london'))
     seconds = entry['seconds']
     return dict(budget=minutes, dev=entry['dev'], device=report['device'], commit=report['commit'],
                 date=report['date'],
                 minutes=sum(v for k, v in seconds.items() if not k.endswith('epochs')) / 60
-                + report['models'][0]['seconds'].get('evaluate-dev', 0) / 60,
+                + london['seconds'].get('evaluate-dev', 0) / 60,  # run_all's London baseline first
                 pretrain_epochs=seconds.get('pretrain epochs'), finetune_epochs=seconds.get('finetune epochs'),
                 pretrain_minutes=seconds.get('pretrain', 0) / 60,
                 finetune_minutes=seconds.get('finetune', 0) / 60,

@@ -40,7 +40,9 @@ from torch.utils.flop_counter import FlopCounterMode
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, 'src'))
+import cpu_paths  # noqa: E402
 import dataset  # noqa: E402
+import devices  # noqa: E402
 from attention import kept_lengths  # noqa: E402
 import model  # noqa: E402
 import presets  # noqa: E402
@@ -48,7 +50,7 @@ import trainer  # noqa: E402
 import utils  # noqa: E402
 from datafiles import resolve  # noqa: E402
 from decode import greedy_complete  # noqa: E402
-from run import bf16_supported  # noqa: E402
+from devices import bf16_supported  # noqa: E402
 
 
 def build(variant, vocab, fast, preset='handout'):
@@ -97,7 +99,7 @@ def worker_startup(data, batch):
 
 def fast_steps(gpt, data, batch, steps, device, compile_model, path=None):
     """trainer.Trainer on `steps` batches (after a warm-up run); returns seconds per step, the
-    precision and the CPU attention path taken (trainer.path_name's kernel: True, False, None).
+    precision and the CPU attention path taken (cpu_paths.path_name's kernel: True, False, None).
     path: a CPU candidate (precision, attention kernel) to force; None: the default."""
     # the warm-up run makes run.py's default choice: on a CPU, precision 'auto' measures the
     # candidates (and attention paths) and keeps the fastest; the timed run takes that choice
@@ -125,9 +127,9 @@ def against_candidates(variant, wiki, batch, args, default, rounds=3):
     turns for `rounds` rounds (a machine's pace drifts: on a 2-core VM one configuration once
     measured 14% apart in two runs of one benchmark), each one's median beside the
     candidate the default chose (`default`): the chosen one's speed over the fastest's."""
-    candidates = trainer.cpu_candidates(build(variant, wiki.vocab_size, True, args.preset))
+    candidates = cpu_paths.cpu_candidates(build(variant, wiki.vocab_size, True, args.preset))
     if len(candidates) == 1:  # nothing to choose: it is the default's
-        return [variant, f'{trainer.path_name(candidates[0])} only', trainer.path_name(default),
+        return [variant, f'{cpu_paths.path_name(candidates[0])} only', cpu_paths.path_name(default),
                 '1.00x (the only one)']
     seconds = {path: [] for path in candidates}
     for _ in range(rounds):
@@ -138,9 +140,9 @@ def against_candidates(variant, wiki, batch, args, default, rounds=3):
             seconds[path].append(t)
     median_of = {path: median(ts) for path, ts in seconds.items()}
     tokens = batch * (presets.BLOCK_SIZE - 1)
-    return [variant, ', '.join(f'{trainer.path_name(c)} {tokens / t:,.0f} tok/s'
+    return [variant, ', '.join(f'{cpu_paths.path_name(c)} {tokens / t:,.0f} tok/s'
                                for c, t in median_of.items()),
-            trainer.path_name(default), f'{min(median_of.values()) / median_of[default]:.2f}x']
+            cpu_paths.path_name(default), f'{min(median_of.values()) / median_of[default]:.2f}x']
 
 
 def median(values):
@@ -220,7 +222,7 @@ def evaluation(plain_gpt, gpt, vocab, device, limit):
 def machine(device):
     if device == 'cuda':
         return f'{torch.cuda.get_device_name()}, torch {torch.__version__}'
-    return (f'{trainer.cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__}, CPU capability '
+    return (f'{cpu_paths.cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__}, CPU capability '
             f'{torch.backends.cpu.get_cpu_capability()}, bf16 arithmetic: {bf16_supported("cpu")}')
 
 
@@ -230,8 +232,8 @@ def machine_kind(device):
     if device == 'cuda':
         name = torch.cuda.get_device_name()
     else:
-        name = f'{trainer.cpu_model()} {torch.backends.cpu.get_cpu_capability()}'
-        name += ' bf16' if trainer.cpu_has_bf16() and 'bf16' not in name.lower() else ''
+        name = f'{cpu_paths.cpu_model()} {torch.backends.cpu.get_cpu_capability()}'
+        name += ' bf16' if devices.cpu_has_bf16() and 'bf16' not in name.lower() else ''
     return re.sub(r'[^a-z0-9]+', '-', name.lower().replace('(r)', '').replace('(tm)', '')).strip('-')
 
 
@@ -292,7 +294,7 @@ def main():
             t_plain, t_fast = median(plains), median(fasts)
             tokens = batch * (presets.BLOCK_SIZE - 1)
             row = [f'{stage} {variant}', f'{tokens / t_plain:,.0f} tok/s',
-                   f'{tokens / t_fast:,.0f} tok/s ({trainer.path_name((precision, kernel))})',
+                   f'{tokens / t_fast:,.0f} tok/s ({cpu_paths.path_name((precision, kernel))})',
                    f'{t_plain / t_fast:.2f}x', f'{work:.2f}x']
             mfus = [mfu(flops, t_plain, 'fp32', peaks), mfu(flops, t_fast, precision, peaks)]
             if args.compile:
@@ -348,7 +350,7 @@ def main():
     if against:
         lines += ['', '## The default against every candidate (pretraining, this CPU)', '',
                   'Each way of training that computes the same function on this machine '
-                  '(trainer.cpu_candidates: fp32; bf16 autocast where the CPU has bf16 arithmetic; '
+                  '(cpu_paths.cpu_candidates: fp32; bf16 autocast where the CPU has bf16 arithmetic; '
                   'without attention dropout, the fused attention kernel or the written-out math), '
                   'forced and timed like the fast column, taking turns for 3 rounds (medians), '
                   'and the one the default (`--precision auto`, which measures them itself) chose. '

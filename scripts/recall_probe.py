@@ -22,6 +22,7 @@ from types import SimpleNamespace
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, 'src'))
+import inputs  # noqa: E402
 import presets  # noqa: E402
 import run  # noqa: E402
 from datafiles import resolve  # noqa: E402
@@ -71,12 +72,12 @@ def main(argv=None):
     try:
         wiki_path = resolve(args.pretrain_corpus_path, '--pretrain_corpus_path')
         eval_path = resolve(args.eval_corpus_path, '--eval_corpus_path')
-        eval_lines = run.read_text(eval_path, '--eval_corpus_path', lines=True)
-        vocab = run.read_corpus(wiki_path)
+        eval_lines = inputs.read_text(eval_path, '--eval_corpus_path', lines=True)
+        vocab = inputs.read_corpus(wiki_path)
         settings = SimpleNamespace(preset=args.preset, plain=False, dropout=None,
                                    variant=args.variant, bottleneck_dim=args.bottleneck_dim)
         gpt = run.build_model(settings, vocab.vocab_size, presets.BLOCK_SIZE, 'cpu')
-        run.load_params(gpt, args.params, settings, 'cpu')
+        inputs.load_params(gpt, args.params, run.describe_model(settings), 'cpu')
     except UsageError as e:
         print(f'error: {e}', file=sys.stderr)
         sys.exit(2)

@@ -213,7 +213,7 @@ def attend(scores_or_q, k, v, mask, attn_drop, fast, causal=True, cpu_kernel=Non
     38k with the math, a 2-core AVX-512-BF16 EPYC; in fp32 the two ran at the same speed there,
     so fp32 keeps the kernel).
     Machines differ: `cpu_kernel` (True/False), when set, is the path measured fastest for this
-    run's model on this machine (trainer.Trainer._choose_paths), used in training on a CPU
+    run's model on this machine (cpu_paths.py), used in training on a CPU
     without attention dropout; None keeps the rule above.
     """
     cpu_math = attn_drop.training and v.device.type == 'cpu' and (

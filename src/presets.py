@@ -71,7 +71,7 @@ def _preset(model=None, rehearsal_lead=None, time_budget=None, **stage_changes):
     after pretraining also trains on the pretraining corpus, each example led by this text
     (dataset.LeadInDataset); None (the handout) finetunes on the questions alone. time_budget:
     {stage: minutes}, the stage trains the epochs (up to its max_epochs) that end within them
-    on the machine it runs on (run.py --time_budget, trainer.Trainer._plan)."""
+    on the machine it runs on (run.py --time_budget, budget.py)."""
     preset = {stage: {**values, **stage_changes.get(stage, {})} for stage, values in HANDOUT.items()}
     preset['model'] = {**MODEL, **(model or {})}
     preset['rehearsal_lead'] = rehearsal_lead

@@ -1,6 +1,6 @@
 """Small helpers shared by the scripts in src/: the handout's utils (set_seed, top_k_logits,
 sample, evaluate_places) plus what makes bad input one clear error line (OneLineParser,
-UsageError), and atomic writes."""
+UsageError), atomic writes and the tensorboard writer."""
 import argparse
 import os
 import random
@@ -110,6 +110,24 @@ def atomic_write(path, write):
         if os.path.exists(tmp):
             os.remove(tmp)
         os.rmdir(folder)
+
+
+class LazyWriter:
+    """A tensorboard SummaryWriter made at the first scalar logged: a run stopped before training
+    (a time budget too small for one epoch) leaves no log folder behind."""
+
+    def __init__(self, log_dir):
+        self.log_dir, self.writer = log_dir, None
+
+    def add_scalar(self, *args):
+        if self.writer is None:
+            from torch.utils.tensorboard import SummaryWriter  # a slow import
+            self.writer = SummaryWriter(log_dir=self.log_dir)
+        self.writer.add_scalar(*args)
+
+    def close(self):
+        if self.writer is not None:
+            self.writer.close()
 
 
 def save_state_dict(model, path):

@@ -48,7 +48,7 @@ def test_the_default_against_every_candidate(monkeypatch):
         forced.append(path)
         return times[path][sum(p == path for p in forced) - 1], path[0], path[1]
     monkeypatch.setattr(benchmark, 'fast_steps', fake_steps)
-    monkeypatch.setattr(benchmark.trainer, 'cpu_candidates', lambda m: [('fp32', True), ('fp32', False)])
+    monkeypatch.setattr(benchmark.cpu_paths, 'cpu_candidates', lambda m: [('fp32', True), ('fp32', False)])
     wiki = type('Wiki', (), {'vocab_size': 256})()
     args = type('Args', (), {'preset': 'cpu-45min', 'steps': 2})()
     row = benchmark.against_candidates('vanilla', wiki, 64, args, ('fp32', True))
@@ -60,7 +60,7 @@ def test_the_default_against_every_candidate(monkeypatch):
     forced.clear()
     assert benchmark.against_candidates('vanilla', wiki, 64, args, ('fp32', False))[3] == '1.00x'
     # one candidate (attention dropout, no bf16): nothing to measure
-    monkeypatch.setattr(benchmark.trainer, 'cpu_candidates', lambda m: [('fp32', None)])
+    monkeypatch.setattr(benchmark.cpu_paths, 'cpu_candidates', lambda m: [('fp32', None)])
     forced.clear()
     assert benchmark.against_candidates('vanilla', wiki, 64, args, ('fp32', None))[3] == '1.00x (the only one)'
     assert forced == []
@@ -86,7 +86,7 @@ def test_a_forced_candidate_is_the_path_trained(monkeypatch):
 ])
 def test_the_machine_kind_names_the_cpu_and_its_arithmetic(monkeypatch, model, capability, bf16, want):
     """The default report name tells the machines apart whose fastest paths differ."""
-    monkeypatch.setattr(benchmark.trainer, 'cpu_model', lambda: model)
-    monkeypatch.setattr(benchmark.trainer, 'cpu_has_bf16', lambda: bf16)
+    monkeypatch.setattr(benchmark.cpu_paths, 'cpu_model', lambda: model)
+    monkeypatch.setattr(benchmark.devices, 'cpu_has_bf16', lambda: bf16)
     monkeypatch.setattr(benchmark.torch.backends.cpu, 'get_cpu_capability', lambda: capability)
     assert benchmark.machine_kind('cpu') == want

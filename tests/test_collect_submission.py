@@ -215,3 +215,26 @@ def test_ambiguous_or_unknown_edition(workdir):
     assert r.returncode == 0, r.stderr
     with zipfile.ZipFile(workdir / ZIP) as z:
         assert not any(n.startswith('perceiver') for n in z.namelist())
+
+
+def test_the_module_behind_the_script_is_importable(workdir):
+    """A grader imports scripts/submission.py for each edition's files and its checks, with what
+    the script itself uses: the file lists above, the edition found from the files present, and
+    every problem listed rather than the first."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location('submission', os.path.join(REPO, 'scripts', 'submission.py'))
+    submission = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(submission)
+    for edition in ('synthesizer', 'perceiver', 'rope'):
+        assert submission.required_files(edition) == COMMON + edition_files(edition)
+        assert submission.ZIP_NAME[edition] == zip_name(edition)
+    with pytest.raises(submission.SubmissionError, match='cannot tell the edition'):
+        submission.detect_edition(str(workdir))
+    make_outputs(workdir, 'rope')
+    assert submission.detect_edition(str(workdir)) == 'rope'
+    (workdir / 'rope.pretrain.dev.predictions').write_text('')
+    (workdir / 'vanilla.model.params').unlink()
+    problems, data = submission.check(str(workdir), 'rope')
+    assert sorted(data) == sorted(DATA)
+    assert len(problems) == 2 and any('vanilla.model.params: missing' in p for p in problems)
+    assert any('rope.pretrain.dev.predictions: empty' in p for p in problems)

@@ -20,6 +20,7 @@ import torch
 
 import attention
 from conftest import LossLog
+import batches
 import dataset
 import handout_reference
 import model
@@ -226,7 +227,7 @@ def test_cpu_bf16_training_takes_the_written_out_math(data):
     is faster than the fused kernel): the same numbers to the last bit of float noise, where the
     fused kernel's bf16 rounding would differ by about 1e-3 (checked below in eval mode)."""
     pre, _ = data
-    x, y = trainer.collate(pre, range(8))
+    x, y = batches.collate(pre, range(8))
     torch.manual_seed(6)
     fast = jitter(tiny(pre.vocab_size, {}, skip_padding=False, dropout=0.0), 0.3)
     plain = tiny(pre.vocab_size, {}, fast=False, skip_padding=False, dropout=0.0)
@@ -285,7 +286,7 @@ def test_fast_dropout_trains_the_model_as_nn_dropout_does(data):
     same with the fast draws as with nn.Dropout's, within the sampling error; on a CPU, attention
     dropout takes the written-out math whether or not fast_attention is set."""
     pre, _ = data
-    x, y = trainer.collate(pre, range(8))
+    x, y = batches.collate(pre, range(8))
     torch.manual_seed(6)
     fast = jitter(tiny(pre.vocab_size, {}, dropout=0.3).train(), 0.3)
     handout = tiny(pre.vocab_size, {'fast_dropout': False}, fast=False, skip_padding=False,
@@ -342,7 +343,7 @@ def test_skipped_positions_change_neither_loss_nor_gradients(name, overrides, le
     packed = tiny(vocab, overrides, fast=True, dropout=0.0, block_size=64).to(device)
     packed.load_state_dict(full.state_dict())
     x, y = (t.to(device) for t in pad_batch(lengths, vocab, T=63 if overrides.get('synthesizer') else 60))
-    tx, ty = trainer.trim_padding(x, y)
+    tx, ty = batches.trim_padding(x, y)
     assert tx.size(1) == max(lengths) and (name != 'perceiver-short' or tx.size(1) < 16)
 
     full.train(), packed.train()
@@ -360,14 +361,14 @@ def test_skipped_positions_change_neither_loss_nor_gradients(name, overrides, le
 
 # ---- training: a short run, fast path vs the plain handout loop ---------------------------------
 
-def plain_losses(gpt, data, lr, batches, device='cpu'):
+def plain_losses(gpt, data, lr, epoch_batches, device='cpu'):
     """The handout's training loop (fp32, full-length batches, written-out attention)."""
     gpt.to(device)
     opt = torch.optim.AdamW(trainer.optimizer_groups(gpt, 0.1), lr=lr, betas=(0.9, 0.95))
     gpt.train()
     losses = []
-    for batch in batches:
-        x, y = (t.to(device) for t in trainer.collate(data, *batch))
+    for batch in epoch_batches:
+        x, y = (t.to(device) for t in batches.collate(data, *batch))
         _, loss = gpt(x, y)
         gpt.zero_grad()
         loss.backward()
@@ -386,7 +387,7 @@ def fast_and_plain(data, name, precision='fp32', compile=False, device='cpu'):
     # corruptions are drawn from python's `random`, seeded alike for both runs
     utils.set_seed(5)
     g = torch.Generator().manual_seed(torch.initial_seed())
-    batches = [b for _ in range(epochs) for b in trainer.batch_indices(len(pre), batch, g)]
+    order = [b for _ in range(epochs) for b in batches.batch_indices(len(pre), batch, g)]
 
     utils.set_seed(5)
     fast = tiny(pre.vocab_size, VARIANTS[name], fast=True, dropout=0.0)
@@ -397,7 +398,7 @@ def fast_and_plain(data, name, precision='fp32', compile=False, device='cpu'):
 
     utils.set_seed(5)
     plain = tiny(pre.vocab_size, VARIANTS[name], fast=False, skip_padding=False, dropout=0.0)
-    want = plain_losses(plain, pre, lr, batches, device)
+    want = plain_losses(plain, pre, lr, order, device)
     assert len(log.values) == len(want) == 6
     assert want[-1] < want[0]  # it trained
     return log.values, want, fast, plain

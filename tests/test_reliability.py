@@ -721,7 +721,7 @@ def test_torchrun_two_cpu_processes_match_one(one_epoch_runs, torchrun_run):
 @pytest.mark.skipif(not os.path.isdir('/proc/self/task'), reason="Linux's thread names are needed")
 def test_torchrun_ranks_end_gloos_threads_before_the_interpreter_shuts_down(torchrun_run):
     """A gloo thread still running when the interpreter shuts down can abort a finished rank
-    (see init_distributed in run.py); the group's destruction at exit must end them all."""
+    (see distributed.init); the group's destruction at exit must end them all."""
     _, _, proc = torchrun_run
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [line for line in proc.stdout.splitlines() if 'gloo threads' in line]

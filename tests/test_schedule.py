@@ -2,15 +2,15 @@
 floor), weight decay groups, and the padding trimming that must change neither the schedule nor
 the loss."""
 import math
-import re
-import time
 
 import pytest
 import torch
 
+import batches
 import dataset
 import model
 import trainer
+from test_batches import batch
 
 BLOCK = 128
 
@@ -101,43 +101,6 @@ def test_optimizer_groups(kw):
     torch.optim.AdamW(groups, lr=1e-3)
 
 
-# ---- trim_padding ---------------------------------------------------------------------------------
-
-def batch(lengths, width=127, seed=0):
-    """x random ids; y non-PAD (ids >= 1) on [0, length) of each row, PAD after."""
-    gen = torch.Generator().manual_seed(seed)
-    x = torch.randint(1, 20, (len(lengths), width), generator=gen)
-    y = torch.randint(1, 20, (len(lengths), width), generator=gen)
-    for i, n in enumerate(lengths):
-        y[i, n:] = 0
-    return x, y
-
-
-def test_trim_padding_drops_exactly_the_all_pad_columns():
-    x, y = batch([10, 37, 5])
-    y[0, 3] = 0  # PAD inside a row does not matter
-    tx, ty = trainer.trim_padding(x, y)
-    assert tx.shape == ty.shape == (3, 37)
-    assert torch.equal(tx, x[:, :37]) and torch.equal(ty, y[:, :37])
-    assert torch.all(y[:, 37:] == 0) and torch.any(ty[:, -1] != 0)
-
-
-def test_trim_padding_multiple():
-    x, y = batch([10, 37, 5])
-    assert trainer.trim_padding(x, y, multiple=8)[0].shape[1] == 40
-    assert trainer.trim_padding(x, y, multiple=1)[0].shape[1] == 37
-    # never wider than the batch, even when rounding up would be
-    x, y = batch([125])
-    assert trainer.trim_padding(x, y, multiple=8)[0].shape[1] == 127
-    x, y = batch([127])
-    assert trainer.trim_padding(x, y, multiple=8)[0].shape[1] == 127
-    # all PAD: one column is kept
-    x, y = batch([0, 0])
-    assert trainer.trim_padding(x, y)[0].shape == (2, 1)
-    # the trimmed tensors are contiguous (they are viewed by the loss)
-    assert trainer.trim_padding(*batch([10, 20]))[1].is_contiguous()
-
-
 @pytest.mark.parametrize('kw', [{}, dict(synthesizer=True), dict(perceiver=True, bottleneck_dim=16),
                                 dict(perceiver=True, bottleneck_dim=32)],
                          ids=['vanilla', 'synthesizer', 'perceiver', 'perceiver-wide'])
@@ -146,7 +109,7 @@ def test_trimming_changes_neither_logits_nor_loss(kw):
     torch.manual_seed(0)
     gpt = tiny_gpt(**kw).eval()
     x, y = batch([9, 21, 3])
-    tx, ty = trainer.trim_padding(x, y, multiple=1)
+    tx, ty = batches.trim_padding(x, y, multiple=1)
     assert tx.shape[1] == 21
     with torch.no_grad():
         logits, loss = gpt(x, y)
@@ -289,94 +252,3 @@ def test_the_2024_edition_pretrains_to_650_epochs_of_tokens():
         presets.stage_values('cpu-45min', 'pretrain')
     assert presets.edition(variant='rope') == '2024-25'
     assert presets.edition(variant='perceiver') == '2021-23'
-
-
-# ---- the time budget ----------------------------------------------------------------------------
-
-def budgeted_run(data, budget, max_epochs=4, seed=0, **config):
-    """A Trainer run (dataset `data`, batches of 8) with time_budget seconds (and other
-    TrainerConfig `config`); (trainer, params, lrs logged)."""
-    torch.manual_seed(seed)
-    import random
-    random.seed(seed)
-    gpt = tiny_gpt(vocab=len(data.stoi), n_layer=1)
-    writer = RecordingWriter()
-    conf = trainer.TrainerConfig(max_epochs=max_epochs, batch_size=8, learning_rate=1e-3,
-                                 lr_decay=True, warmup_tokens=100,
-                                 final_tokens=max_epochs * 20 * 127,  # the cosine over every epoch
-                                 writer=writer, time_budget=budget, **config)
-    t = trainer.Trainer(gpt, data, None, conf)
-    t.train()
-    return t, gpt.state_dict(), [v for _, v in writer.scalars['train/lr']]
-
-
-def test_a_budget_that_fits_every_epoch_changes_nothing(name_data, capsys):
-    """The measured steps are undone (weights, random states, token count): with a budget that
-    fits all max_epochs the run is the unbudgeted run, to the bit."""
-    _, want, want_lrs = budgeted_run(name_data, None)
-    t, got, lrs = budgeted_run(name_data, 600)
-    assert 'time budget 10 min: 4 epochs of 3 steps' in capsys.readouterr().out
-    assert t.config.max_epochs == 4 and t.tokens == 4 * 20 * 127 and lrs == want_lrs
-    assert all(torch.equal(got[k], want[k]) for k in want)
-
-
-def slow_steps(monkeypatch, seconds):
-    """Every training step takes `seconds` longer (a stand-in for a slow machine)."""
-    real_step = trainer.Trainer._step
-
-    def slow_step(self, *args):
-        time.sleep(seconds)
-        return real_step(self, *args)
-    monkeypatch.setattr(trainer.Trainer, '_step', slow_step)
-
-
-def test_a_budget_too_small_for_one_epoch(name_data, monkeypatch, capsys):
-    """A flag's budget too small for one epoch is the user's error; a preset's (run.py sets
-    budget_may_grow) trains one epoch on such a machine, with a warning saying so."""
-    slow_steps(monkeypatch, 0.05)
-    with pytest.raises(trainer.UsageError, match='--time_budget 0.0025 min is too small for one epoch'):
-        budgeted_run(name_data, 0.15)
-    t, _, lrs = budgeted_run(name_data, 0.15, budget_may_grow=True)
-    assert t.config.max_epochs == 1 and len(lrs) == 3
-    assert ("warning: the time budget of 0.0025 min is too small for one epoch"
-            in capsys.readouterr().out)
-
-
-def test_a_budget_that_binds_compresses_the_schedule(name_data, monkeypatch, capsys):
-    """Steps of 50 ms (a stand-in for a slow machine), 3 per epoch, a 1.5 s budget: the epochs
-    that end within 95% of what is left after measuring, the cosine laid over them (its 10% floor
-    reached at the last step), and the run ends inside the budget."""
-    slow_steps(monkeypatch, 0.05)
-    start = time.time()
-    t, _, lrs = budgeted_run(name_data, 1.5, max_epochs=50)
-    took = time.time() - start
-    out = capsys.readouterr().out
-    epochs = t.config.max_epochs
-    assert 2 <= epochs <= 8, out
-    planned = int(re.search(r'time budget 0.025 min: (\d+) epochs of 3 steps', out).group(1))
-    assert planned == epochs or f': {epochs} epochs instead of {planned}' in out  # (a re-plan)
-    assert t.config.final_tokens == pytest.approx(50 * 20 * 127 * epochs / 50)
-    assert len(lrs) == 3 * epochs and lrs[-1] == pytest.approx(1e-4)
-    # the cosine reaches its floor (80% of the way) near the end, not long before
-    assert lrs[int(0.7 * len(lrs)) - 1] > 1.5e-4
-    assert took < 1.5
-
-
-def test_the_first_epoch_corrects_a_misleading_measurement(name_data, monkeypatch, capsys):
-    """The timed steps said 1 ms a step, the steps take 100 ms (3 per epoch): the plan's 50
-    epochs would take 15 s of a 4 s budget. After the first epoch the run re-plans at the pace
-    it saw: it ends inside the budget with its schedule finished (the lr at its 10% floor at the
-    last step), not cut short by the safety net."""
-    slow_steps(monkeypatch, 0.1)
-    monkeypatch.setattr(trainer.Trainer, '_timed_steps', lambda self, *a, **k: [0.001] * 3)
-    start = time.time()
-    t, _, lrs = budgeted_run(name_data, 4, max_epochs=50, start_time=start)
-    took = time.time() - start
-    out = capsys.readouterr().out
-    epochs = t.config.max_epochs
-    assert 'time budget 0.0666667 min: 50 epochs of 3 steps' in out
-    assert f': {epochs} epochs instead of 50' in out and 1 <= epochs <= 13, out
-    assert 'stopping after epoch' not in out
-    assert t.config.final_tokens == pytest.approx(50 * 20 * 127 * epochs / 50)
-    assert len(lrs) == 3 * epochs and lrs[-1] == pytest.approx(1e-4)
-    assert took < 4

@@ -1,4 +1,4 @@
-"""The DataLoader worker path (the GPU's: num_workers > 0), run on a CPU where it is asked for
+"""batches.py: trim_padding cuts exactly the all-PAD columns; and the DataLoader worker path (the GPU's: num_workers > 0), run on a CPU where it is asked for
 (TrainerConfig.cpu_workers, run.py --num_workers): workers build the very batches the training
 process builds itself (each batch carries the seed of its examples' random draws), so the run is
 the same, loss for loss and parameter for parameter; and a run resumed from a checkpoint, with or
@@ -6,6 +6,7 @@ without workers, continues exactly as the uninterrupted run."""
 import pytest
 import torch
 
+import batches
 import dataset
 import model
 import trainer
@@ -54,3 +55,40 @@ def test_resume_continues_the_run_with_or_without_workers(tmp_path, first, then)
     _, resumed_losses, got = run(then, max_epochs=3, resume_path=str(ckpt), resume=True)
     assert resumed_losses == losses[-5:]  # the third epoch's 5 steps, the same losses
     assert all(torch.equal(got[k], want[k]) for k in want)
+
+
+# ---- trim_padding ---------------------------------------------------------------------------------
+
+def batch(lengths, width=127, seed=0):
+    """x random ids; y non-PAD (ids >= 1) on [0, length) of each row, PAD after."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randint(1, 20, (len(lengths), width), generator=gen)
+    y = torch.randint(1, 20, (len(lengths), width), generator=gen)
+    for i, n in enumerate(lengths):
+        y[i, n:] = 0
+    return x, y
+
+
+def test_trim_padding_drops_exactly_the_all_pad_columns():
+    x, y = batch([10, 37, 5])
+    y[0, 3] = 0  # PAD inside a row does not matter
+    tx, ty = batches.trim_padding(x, y)
+    assert tx.shape == ty.shape == (3, 37)
+    assert torch.equal(tx, x[:, :37]) and torch.equal(ty, y[:, :37])
+    assert torch.all(y[:, 37:] == 0) and torch.any(ty[:, -1] != 0)
+
+
+def test_trim_padding_multiple():
+    x, y = batch([10, 37, 5])
+    assert batches.trim_padding(x, y, multiple=8)[0].shape[1] == 40
+    assert batches.trim_padding(x, y, multiple=1)[0].shape[1] == 37
+    # never wider than the batch, even when rounding up would be
+    x, y = batch([125])
+    assert batches.trim_padding(x, y, multiple=8)[0].shape[1] == 127
+    x, y = batch([127])
+    assert batches.trim_padding(x, y, multiple=8)[0].shape[1] == 127
+    # all PAD: one column is kept
+    x, y = batch([0, 0])
+    assert batches.trim_padding(x, y)[0].shape == (2, 1)
+    # the trimmed tensors are contiguous (they are viewed by the loss)
+    assert batches.trim_padding(*batch([10, 20]))[1].is_contiguous()

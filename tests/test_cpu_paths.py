@@ -1,4 +1,4 @@
-"""precision 'auto' in training on a CPU (trainer.Trainer._choose_paths): the candidates that
+"""precision 'auto' in training on a CPU (cpu_paths.ChoosePaths): the candidates that
 compute the same function (fp32 / bf16 autocast where the CPU has bf16; attention through the
 fused kernel / the written-out math where attention has no dropout) are timed on this run's
 model and batch, the fastest is kept and printed with the figures, and the choice is remembered
@@ -8,7 +8,9 @@ import json
 import pytest
 import torch
 
+import cpu_paths
 import dataset
+import devices
 import model
 import trainer
 import utils
@@ -56,13 +58,13 @@ def test_measured_choice_is_printed_remembered_and_changes_nothing_else(tmp_path
 def test_the_fastest_candidate_is_kept(tmp_path, monkeypatch, capsys):
     """Four candidates (a CPU with bf16 arithmetic), timed by a stand-in clock: bf16 with the
     written-out math is the fastest here, fp32 with the kernel the slowest."""
-    monkeypatch.setattr(trainer, 'cpu_has_bf16', lambda: True)
+    monkeypatch.setattr(devices, 'cpu_has_bf16', lambda: True)
     fake = {('fp32', True): 0.9, ('fp32', False): 0.8, ('bf16', True): 0.7, ('bf16', False): 0.5}
 
-    def timed(self, model_, raw_model, precision, warm, timed, ahead=False, stop=None):
-        kernel, = kernels(raw_model)
+    def timed(self, precision, warm, timed, ahead=False, stop=None):
+        kernel, = kernels(self.model)
         return [fake[precision, kernel]] * timed
-    monkeypatch.setattr(trainer.Trainer, '_timed_steps', timed)
+    monkeypatch.setattr(trainer.Trainer, 'timed_steps', timed)
     conf, gpt = run(tmp_path / 'paths.json')
     assert conf.precision == 'bf16' and kernels(gpt) == {False}
     assert 'auto: bf16 + attention math (measured' in capsys.readouterr().out
@@ -72,7 +74,7 @@ def test_attention_dropout_leaves_only_the_precision_to_choose(tmp_path, capsys)
     """With attention dropout the CPU path is the written-out math (attention.attend): on a CPU
     without bf16 nothing is left to measure."""
     conf, gpt = run(tmp_path / 'paths.json', dropout=0.1)
-    if not trainer.cpu_has_bf16():
+    if not devices.cpu_has_bf16():
         assert conf.precision == 'fp32' and 'auto: ' not in capsys.readouterr().out
         assert not (tmp_path / 'paths.json').exists()
     assert kernels(gpt) == {None}
@@ -85,4 +87,4 @@ def test_a_corrupt_or_foreign_cache_is_a_warning(tmp_path, capsys, content):
     conf, _ = run(cache)
     err = capsys.readouterr().err
     assert f'warning: ignoring the cache of measured choices {cache}' in err
-    assert json.loads(cache.read_text())['format'] == trainer.PATH_CACHE_FORMAT  # measured anew
+    assert json.loads(cache.read_text())['format'] == cpu_paths.PATH_CACHE_FORMAT  # measured anew

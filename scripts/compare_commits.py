@@ -1,0 +1,112 @@
+"""Whether two versions of this code compute the same thing: the same short commands run in each,
+their params compared tensor by tensor and their predictions byte by byte.
+
+    python scripts/compare_commits.py BEFORE            # commit BEFORE against the working tree
+    python scripts/compare_commits.py BEFORE AFTER      # two commits
+
+For a change that should change no result (a reorganisation, a faster path): every variant is
+pretrained for 1 epoch (fp32) on the first 300 lines of wiki.txt and the questions' lines,
+finetuned for 1 epoch on 256 questions and evaluated on 40 dev questions; vanilla is also
+pretrained on one batch in bf16; the same seed in both trees.
+Params are compared as tensors, not as files (torch.save records the file's name). Prints one line
+per output and exits 1 when any differs.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+import torch
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, 'src'))
+from datafiles import resolve  # noqa: E402
+from utils import OneLineParser  # noqa: E402
+
+VARIANTS = {'vanilla': [], 'synthesizer': [], 'perceiver': ['--bottleneck_dim', '64'], 'rope': []}
+FIXED = ['--max_epochs', '1', '--seed', '0', '--num_workers', '0', '--device', 'cpu']
+
+
+def commands():
+    """[(argv, output file)] in the order they run (finetuning reads the pretrained params)."""
+    steps = []
+    for variant, extra in VARIANTS.items():
+        common = [variant, 'corpus.txt', *extra, *FIXED, '--precision', 'fp32']
+        steps.append((['pretrain', *common, '--writing_params_path', f'{variant}.pretrain.params'],
+                      f'{variant}.pretrain.params'))
+        steps.append((['finetune', *common, '--reading_params_path', f'{variant}.pretrain.params',
+                       '--writing_params_path', f'{variant}.finetune.params',
+                       '--finetune_corpus_path', 'train.tsv'], f'{variant}.finetune.params'))
+        steps.append((['evaluate', *common, '--reading_params_path', f'{variant}.finetune.params',
+                       '--eval_corpus_path', 'dev.tsv', '--outputs_path', f'{variant}.dev.predictions'],
+                      f'{variant}.dev.predictions'))
+    # bf16 autocast: one batch (a CPU without bf16 arithmetic computes it slowly)
+    steps.append((['pretrain', 'vanilla', 'small.txt', *FIXED, '--precision', 'bf16',
+                   '--writing_params_path', 'vanilla-bf16.pretrain.params'],
+                  'vanilla-bf16.pretrain.params'))
+    return steps
+
+
+def head(name, n):
+    with open(resolve(name, name), encoding='utf-8') as f:
+        return ''.join(line for _, line in zip(range(n), f))
+
+
+def run_tree(tree, folder):
+    """Run commands() with tree's src/run.py in `folder` (holding the inputs)."""
+    env = {**os.environ, 'CS224N_PATH_CACHE': os.path.join(folder, 'paths.json')}
+    env.pop('CS224N_EDITION', None)
+    for argv, _ in commands():
+        proc = subprocess.run([sys.executable, os.path.join(tree, 'src', 'run.py'), *argv],
+                              cwd=folder, env=env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f'error: {" ".join(argv)} failed in {tree}:\n{proc.stderr[-2000:]}')
+
+
+def same(a, b):
+    if a.endswith('.params'):
+        x, y = torch.load(a, weights_only=True), torch.load(b, weights_only=True)
+        return set(x) == set(y) and all(torch.equal(x[k], y[k]) for k in x)
+    with open(a, 'rb') as f, open(b, 'rb') as g:
+        return f.read() == g.read()
+
+
+def main():
+    ap = OneLineParser(prog='python scripts/compare_commits.py', description=__doc__.split('\n')[0])
+    ap.add_argument('before', help='a commit')
+    ap.add_argument('after', nargs='?', default=None, help='a commit (default: the working tree)')
+    args = ap.parse_args()
+    train, dev = head('birth_places_train.tsv', 256), head('birth_dev.tsv', 40)
+    # the questions' lines join the corpus: its vocabulary must hold their characters
+    corpus = head('wiki.txt', 300) + (train + dev).replace('\t', ' ')
+    inputs = {'corpus.txt': corpus, 'small.txt': ''.join(corpus.splitlines(True)[:128]),
+              'train.tsv': train, 'dev.tsv': dev}
+    with tempfile.TemporaryDirectory(prefix='compare-') as tmp:
+        folders = {}
+        for label, rev in (('before', args.before), ('after', args.after)):
+            tree = REPO
+            if rev is not None:
+                tree = os.path.join(tmp, f'{label}-tree')
+                os.makedirs(tree)
+                archive = subprocess.run(['git', 'archive', rev], cwd=REPO, capture_output=True)
+                if archive.returncode != 0:
+                    ap.error(f'{rev}: not a commit ({archive.stderr.decode().strip()})')
+                subprocess.run(['tar', '-x', '-C', tree], input=archive.stdout, check=True)
+            folders[label] = os.path.join(tmp, label)
+            os.makedirs(folders[label])
+            for name, text in inputs.items():
+                with open(os.path.join(folders[label], name), 'w', encoding='utf-8') as f:
+                    f.write(text)
+            print(f'running the commands with {rev or "the working tree"} ...', flush=True)
+            run_tree(tree, folders[label])
+        differ = 0
+        for _, name in commands():
+            ok = same(os.path.join(folders['before'], name), os.path.join(folders['after'], name))
+            differ += not ok
+            print(f'{name}: {"identical" if ok else "DIFFERENT"}')
+    print(f'{len(commands()) - differ} of {len(commands())} outputs identical')
+    sys.exit(1 if differ else 0)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,205 @@
+"""What a submission of each edition holds, and the zip that collect_submission.sh builds.
+
+    bash collect_submission.sh [--edition synthesizer|perceiver|rope] [--dir DIR] [--output ZIP]
+
+Editions (what the handouts' "Submission Instructions" and scripts list), named by their variant:
+  synthesizer (2021-22), perceiver (2022-23): assignment5_submission.zip with src/, the data files,
+      the vanilla files (COMMON) and the variant's finetuned params and dev/test predictions;
+  rope (2024-25): assignment4_submission.zip with src/, the same params and predictions and
+      london_baseline_accuracy.txt (written by python src/london_baseline.py), no data.
+Without --edition the edition is the one whose files are in the folder; when several or none are
+there it says so and stops.
+
+Checks before zipping: every params and predictions file exists and is not empty; each
+*.dev.predictions has one line per line of birth_dev.tsv (500) and each *.test.predictions one per
+line of birth_test_inputs.tsv (437); the data files are found in --dir, the current folder or the
+repository's data/. Everything wrong is listed, and nothing is written. The zip is written to a
+temporary file and renamed into place, so it is never left half-written. Standard library only.
+Exit status: 0 zip written, 1 submission incomplete, 2 bad usage / edition unclear.
+"""
+import argparse
+import os
+import sys
+import tempfile
+import zipfile
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA_FILES = ['wiki.txt', 'birth_places_train.tsv', 'birth_dev.tsv', 'birth_test_inputs.tsv']
+SPLIT_TSV = {'dev': 'birth_dev.tsv', 'test': 'birth_test_inputs.tsv'}
+COMMON = ['vanilla.model.params', 'vanilla.nopretrain.dev.predictions',
+          'vanilla.nopretrain.test.predictions', 'vanilla.finetune.params',
+          'vanilla.pretrain.dev.predictions', 'vanilla.pretrain.test.predictions']
+# the variant's own files, beyond COMMON: how an edition is recognised
+EDITIONS = {v: [f'{v}.finetune.params', f'{v}.pretrain.dev.predictions',
+                f'{v}.pretrain.test.predictions'] for v in ('synthesizer', 'perceiver', 'rope')}
+HANDOUT = {'synthesizer': '2021-22', 'perceiver': '2022-23', 'rope': '2024-25'}
+ZIP_NAME = {'synthesizer': 'assignment5_submission.zip', 'perceiver': 'assignment5_submission.zip',
+            'rope': 'assignment4_submission.zip'}
+EXTRA = {'rope': ['london_baseline_accuracy.txt']}  # zipped too, beyond the variant's files
+ZIPS_DATA = {'synthesizer': True, 'perceiver': True, 'rope': False}
+
+
+class SubmissionError(Exception):
+    """Bad usage or an unclear edition: one `error:` line, exit status 2."""
+
+
+def required_files(edition):
+    """The params, predictions and other files a submission of `edition` holds (no src/, no data)."""
+    return COMMON + EDITIONS[edition] + EXTRA.get(edition, [])
+
+
+def count_lines(path):
+    """Lines as run.py reads them: \\n, \\r\\n or \\r ends a line; a last line without one counts."""
+    with open(path, 'rb') as f:
+        return len(f.read().splitlines())
+
+
+def find(name, folders):
+    for folder in folders:
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def detect_edition(folder):
+    """The edition whose own files are in `folder`; SubmissionError when none or several are."""
+    where = os.path.abspath(folder)
+    present = {e: [f for f in files if os.path.exists(os.path.join(folder, f))]
+               for e, files in EDITIONS.items()}
+    found = [e for e, files in present.items() if files]
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise SubmissionError(
+            f'cannot tell the edition: none of the synthesizer.*, perceiver.* or rope.* submission '
+            f'files is in {where}; pass --edition synthesizer (2021-22), --edition perceiver '
+            f'(2022-23) or --edition rope (2024-25)')
+    listing = '; '.join(f'{e}: {", ".join(files)}' for e, files in present.items() if files)
+    raise SubmissionError(f'ambiguous edition: {where} has files of several editions ({listing}); '
+                          f'pass --edition {" or --edition ".join(found)}')
+
+
+def check(folder, edition, repo=REPO):
+    """(problems, data): what is wrong with the submission in `folder` (a list of lines, empty
+    when it is complete) and the data files found ({name: path})."""
+    problems = []
+    data_dirs = [folder, '.', os.path.join(repo, 'data')]
+    data = {}
+    for name in DATA_FILES:
+        path = find(name, data_dirs)
+        if path is None:
+            problems.append(f'{name}: data file not found in {", ".join(dict.fromkeys(data_dirs))} '
+                            f'(run `python src/datafiles.py`)')
+        elif os.path.getsize(path) == 0:
+            problems.append(f'{path}: data file is empty')
+        else:
+            data[name] = path
+
+    for name in required_files(edition):
+        path = os.path.normpath(os.path.join(folder, name))
+        if not os.path.exists(path):
+            problems.append(f'{path}: missing')
+            continue
+        if not os.path.isfile(path):
+            problems.append(f'{path}: not a regular file')
+            continue
+        if os.path.getsize(path) == 0:
+            problems.append(f'{path}: empty')
+            continue
+        if name.endswith('.predictions'):
+            tsv = SPLIT_TSV[name.split('.')[-2]]
+            if tsv not in data:
+                problems.append(f'{path}: cannot check its line count without {tsv}')
+                continue
+            want, got = count_lines(data[tsv]), count_lines(path)
+            if got != want:
+                problems.append(f'{path}: {got} lines, expected {want} (one per line of {tsv})')
+    return problems, data
+
+
+def src_members(src):
+    """(path on disk, name in the zip) for the files of src/, without caches and hidden files."""
+    members = []
+    for root, dirs, files in os.walk(src):
+        dirs[:] = sorted(d for d in dirs if d != '__pycache__' and not d.startswith('.'))
+        for f in sorted(files):
+            if f.endswith('.pyc') or f.startswith('.'):
+                continue
+            path = os.path.join(root, f)
+            members.append((path, os.path.join('src', os.path.relpath(path, src)).replace(os.sep, '/')))
+    return members
+
+
+def write_zip(out, members):
+    """Zip members [(path, name)] into `out` through a temporary file renamed into place."""
+    out_dir = os.path.dirname(os.path.abspath(out))
+    fd, tmp = tempfile.mkstemp(prefix='.' + os.path.basename(out) + '.', suffix='.tmp', dir=out_dir)
+    os.close(fd)
+    try:
+        with zipfile.ZipFile(tmp, 'w', compression=zipfile.ZIP_DEFLATED) as z:
+            for path, arcname in members:
+                z.write(path, arcname)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, out)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def collect(args, repo=REPO):
+    folder = args.dir
+    if not os.path.isdir(folder):
+        raise SubmissionError(f'--dir {folder}: no such folder')
+    src = os.path.join(repo, 'src')
+    if not os.path.isdir(src):
+        raise SubmissionError(f'{src}: no src/ folder next to collect_submission.sh')
+    edition = args.edition or detect_edition(folder)
+    required = required_files(edition)
+    print(f'edition: {edition} ({HANDOUT[edition]} handout); files from {os.path.abspath(folder)}')
+
+    problems, data = check(folder, edition, repo)
+    out = args.output or ZIP_NAME[edition]
+    if problems:
+        print(f'error: the submission is incomplete; {out} was not written:', file=sys.stderr)
+        for p in problems:
+            print(f'  - {p}', file=sys.stderr)
+        if os.path.exists(out):
+            print(f'note: the existing {out} (from an earlier run) was left as it was',
+                  file=sys.stderr)
+        return 1
+
+    data_members = DATA_FILES if ZIPS_DATA[edition] else []
+    members = src_members(src)
+    members += [(data[name], name) for name in data_members]
+    members += [(os.path.join(folder, name), name) for name in required]
+    write_zip(out, members)
+    print(f'wrote {out}: {len(members)} files (src/ + {len(data_members)} data files + '
+          f'{len(required)} params/predictions files)')
+    return 0
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(
+        prog='collect_submission.sh',
+        description='Check the submission files and zip them with src/ (and, before 2024, the '
+                    'data) into the handout\'s zip.')
+    ap.add_argument('--edition', choices=sorted(EDITIONS),
+                    help='synthesizer (2021-22 handout), perceiver (2022-23) or rope (2024-25); '
+                         'default: detected from the files present')
+    ap.add_argument('--dir', default='.',
+                    help='folder with the params and predictions files (default: the current folder)')
+    ap.add_argument('--output', default=None,
+                    help='zip to write (default: ./assignment5_submission.zip; rope: '
+                         './assignment4_submission.zip)')
+    args = ap.parse_args(argv)
+    try:
+        sys.exit(collect(args))
+    except SubmissionError as e:
+        print(f'error: {e}', file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,117 @@
+"""Resume and stop: a training run that can be interrupted and continued exactly.
+
+The resumable checkpoint (WRITING_PARAMS_PATH.ckpt in run.py) holds everything needed to go on
+where the run stands: model, optimizer, schedule position, the epoch's shuffle and every random
+state. It is written every `checkpoint_every` epochs and when a first Ctrl-C or SIGTERM arrives
+(between two steps); `resume` continues from it, giving the params of the uninterrupted run.
+"""
+import random
+import signal
+import threading
+
+import torch
+
+import distributed
+from utils import UsageError, atomic_write
+
+
+class TrainingInterrupted(Exception):
+    """Ctrl-C or SIGTERM: a resumable checkpoint has been written (its path is the message)."""
+
+
+class StopRequest:
+    """Turns the first SIGINT/SIGTERM into a flag the loop checks after each step (so the
+    checkpoint is written between steps); a second Ctrl-C stops at once."""
+
+    def __init__(self, enabled=True):
+        self.requested = False
+        self.previous = {}
+        self.enabled = enabled  # without a checkpoint to write, signals keep their usual effect
+
+    def __enter__(self):
+        if self.enabled and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self.previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        if self.requested and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def __exit__(self, *exc):
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+        self.previous = {}
+
+
+class Resumable:
+    """The trainer's extra for config.resume_path: loads the checkpoint before the first epoch
+    (config.resume), writes it after every checkpoint_every-th epoch, and on a stop request writes
+    it after the current step and raises TrainingInterrupted."""
+
+    def __init__(self):
+        self.stop = None
+
+    def on_train_start(self, trainer):
+        self.stop = StopRequest().__enter__()
+        if trainer.config.resume:
+            self.load(trainer)
+
+    def on_step_end(self, trainer, epoch, it):
+        requested = self.stop.requested
+        if trainer.distributed:  # every rank stops at the same step
+            requested = bool(distributed.agree(requested, trainer.device, 'sum'))
+        if requested:
+            self.save(trainer, epoch, it + 1, trainer.epoch_start_state)
+            raise TrainingInterrupted(trainer.config.resume_path)
+
+    def on_epoch_end(self, trainer, epoch):
+        config = trainer.config
+        if config.checkpoint_every and (epoch + 1) % config.checkpoint_every == 0 \
+                and epoch + 1 < config.max_epochs:
+            self.save(trainer, epoch + 1, 0, trainer.generator.get_state())
+
+    def on_train_end(self, trainer):
+        if self.stop is not None:
+            self.stop.__exit__()
+
+    def save(self, trainer, epoch, it, generator_state):
+        """Everything needed to continue exactly where the run stands: before batch `it` of
+        `epoch`, whose shuffle is drawn from generator_state."""
+        config = trainer.config
+        if trainer.rank != 0:
+            return
+        state = {
+            'model': trainer.model.state_dict(), 'optimizer': trainer.optimizer.state_dict(),
+            'tokens': trainer.tokens, 'step': trainer.step, 'epoch': epoch, 'it': it,
+            'generator': generator_state, 'python_random': random.getstate(),
+            'torch_rng': torch.get_rng_state(),
+            'cuda_rng': torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            'batch_size': config.batch_size, 'max_epochs': config.max_epochs,
+            'final_tokens': config.final_tokens,
+        }
+        atomic_write(config.resume_path, lambda tmp: torch.save(state, tmp))
+
+    def load(self, trainer):
+        config, path = trainer.config, trainer.config.resume_path
+        try:
+            state = torch.load(path, map_location=trainer.device, weights_only=True)
+            trainer.model.load_state_dict(state['model'])
+        except Exception as e:
+            raise UsageError(f'--resume: cannot read the checkpoint {path} '
+                             f'({type(e).__name__}: {str(e)[:120]})')
+        if state['batch_size'] != config.batch_size:
+            raise UsageError(f'--resume: {path} was written with batch size {state["batch_size"]}, '
+                             f'this run has {config.batch_size}')
+        trainer.optimizer.load_state_dict(state['optimizer'])
+        if config.time_budget is not None and 'final_tokens' in state:
+            # a budgeted run continues the plan it made, not a new one
+            config.max_epochs, config.final_tokens = state['max_epochs'], state['final_tokens']
+        trainer.tokens, trainer.step = state['tokens'], state['step']
+        trainer.generator.set_state(state['generator'])
+        random.setstate(state['python_random'])
+        torch.set_rng_state(state['torch_rng'])
+        if state['cuda_rng'] is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state['cuda_rng'])
+        trainer.start_epoch, trainer.start_it = state['epoch'], state['it']

@@ -1,0 +1,132 @@
+"""precision 'auto' in training on a CPU: the machine's measured choice, remembered.
+
+The ways of training a model on a CPU that compute the same function (fp32, or bf16 autocast where
+the CPU has bf16 arithmetic; for attention without dropout, the fused kernel or the written-out
+math) are timed for a few steps of this run's model and batch, the fastest is kept, its figures
+are printed in one line, and the choice is remembered for this machine and run shape (later runs
+skip measuring). Measured, not guessed: on one Intel Xeon with AVX-512-BF16, bf16 matrix products
+ran slower than fp32's.
+"""
+import json
+import os
+import platform
+import sys
+
+import torch
+
+from devices import bf16_supported
+from utils import atomic_write
+
+PATH_CACHE_FORMAT = 'cs224n-minGPT measured CPU paths, 1'
+
+
+def default_path_cache():
+    """The file that remembers the measured choices, per machine ($CS224N_PATH_CACHE, else the
+    user's cache folder)."""
+    root = os.environ.get('XDG_CACHE_HOME') or os.path.join(os.path.expanduser('~'), '.cache')
+    return os.environ.get('CS224N_PATH_CACHE') or os.path.join(root, 'cs224n-mingpt', 'cpu_paths.json')
+
+
+def attention_paths(model):
+    """The CPU attention paths `model` can train through (model.GPT.cpu_attention_paths), or
+    [None] for a model without a choice."""
+    return model.cpu_attention_paths() if hasattr(model, 'cpu_attention_paths') else [None]
+
+
+def cpu_candidates(model):
+    """The ways of training `model` on this CPU that compute the same function, as (precision,
+    attention kernel) pairs: fp32, and bf16 autocast where the CPU has bf16 arithmetic; for
+    attention without dropout, the fused kernel (True) or the written-out math (False)."""
+    precisions = ['fp32', 'bf16'] if bf16_supported('cpu') else ['fp32']
+    return [(p, k) for p in precisions for k in attention_paths(model)]
+
+
+def cpu_model():
+    """The CPU's model name, as /proc/cpuinfo gives it (else platform's)."""
+    try:
+        with open('/proc/cpuinfo') as f:
+            return next(line.split(':', 1)[1].strip() for line in f if line.startswith('model name'))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
+def path_cache_key(model, batch_size, example_length):
+    """What a measured choice holds for: this machine (CPU model, cores, threads, torch) and
+    this run's shape (the model's parameters and attention paths, the batch)."""
+    n = sum(p.numel() for p in model.parameters())
+    return (f'{cpu_model()} | {os.cpu_count()} cores, {torch.get_num_threads()} threads | torch '
+            f'{torch.__version__} | {type(model).__name__} {n} parameters, attention paths '
+            f'{attention_paths(model)} | batch {batch_size} x {example_length}')
+
+
+def path_name(choice):
+    precision, kernel = choice
+    return precision + {None: '', True: ' + attention kernel', False: ' + attention math'}[kernel]
+
+
+def read_path_cache(path):
+    """{key: [precision, kernel]} from the cache file; a missing file is empty, an unreadable
+    or foreign one is ignored with a warning (and rewritten after the next measurement)."""
+    if path is None or not os.path.exists(path):
+        return {}
+    try:
+        with open(path, encoding='utf-8') as f:
+            data = json.load(f)
+        if not (isinstance(data, dict) and data.get('format') == PATH_CACHE_FORMAT
+                and isinstance(data.get('choices'), dict)):
+            raise ValueError('not this program\'s cache')
+        return data['choices']
+    except (OSError, ValueError) as e:
+        print(f'warning: ignoring the cache of measured choices {path} ({e})', file=sys.stderr)
+        return {}
+
+
+def write_path_cache(path, choices):
+    def write(tmp):
+        with open(tmp, 'w', encoding='utf-8') as f:
+            json.dump({'format': PATH_CACHE_FORMAT, 'choices': choices}, f, indent=1)
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        atomic_write(path, write)
+    except OSError as e:  # a cache is a convenience: the run goes on without it
+        print(f'warning: could not write the cache of measured choices {path} ({e})', file=sys.stderr)
+
+
+class ChoosePaths:
+    """The trainer's extra for precision 'auto': before the first epoch, on a CPU, the measured
+    choice (above) is set on the config and the model; on a GPU, bf16 where it has it."""
+
+    def on_train_start(self, trainer):
+        config = trainer.config
+        if config.precision != 'auto':
+            return
+        if trainer.device.type != 'cpu':
+            config.precision = 'bf16' if bf16_supported(trainer.device) else 'fp32'
+            return
+        raw_model = trainer.model
+        candidates = cpu_candidates(raw_model)
+        if len(candidates) == 1 or trainer.distributed:  # (ranks must agree: no measuring there)
+            choice, how = candidates[0] if len(candidates) == 1 else (candidates[-1][0], None), None
+        else:
+            key = path_cache_key(raw_model, config.batch_size, len(trainer.train_dataset[0][1]))
+            cache = read_path_cache(config.path_cache)
+            choice = cache.get(key)
+            if choice in [list(c) for c in candidates]:
+                choice, how = tuple(choice), f'cached for this machine in {config.path_cache}'
+            else:
+                seconds = {}
+                for precision, kernel in candidates:
+                    raw_model.set_cpu_attention_path(kernel)
+                    times = trainer.timed_steps(precision, warm=1, timed=3)
+                    seconds[precision, kernel] = sorted(times)[1]
+                choice = min(candidates, key=seconds.get)
+                how = 'measured, median of 3 steps: ' + ', '.join(
+                    f'{path_name(c)} {seconds[c]:.3f} s' for c in candidates)
+                if config.path_cache is not None and trainer.rank == 0:
+                    cache[key] = list(choice)
+                    write_path_cache(config.path_cache, cache)
+        config.precision = choice[0]
+        if hasattr(raw_model, 'set_cpu_attention_path'):
+            raw_model.set_cpu_attention_path(choice[1])
+        if how is not None and trainer.rank == 0:
+            print(f'auto: {path_name(choice)} ({how})', flush=True)

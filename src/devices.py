@@ -1,0 +1,41 @@
+"""Where the arithmetic runs and in which precision: the device, whether it has bf16, autocast.
+One answer for run.py, the trainer and the scripts."""
+import torch
+
+from utils import UsageError
+
+
+def pick_device(name):
+    """'auto' -> 'cuda' when a GPU is visible, else 'cpu'; 'cuda' without one is a UsageError."""
+    if name == 'auto':
+        name = 'cuda' if torch.cuda.is_available() else 'cpu'
+    if name == 'cuda' and not torch.cuda.is_available():
+        raise UsageError('--device cuda: no CUDA device is available')
+    return name
+
+
+def cpu_has_bf16():
+    """Whether this CPU has bf16 arithmetic (AVX-512-BF16 or AMX): bf16 is a candidate there."""
+    return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+
+
+def bf16_supported(device):
+    """Whether `device` ('cpu', 'cuda', 'cuda:1', a torch.device) computes in bf16 natively."""
+    if torch.device(device).type == 'cuda':
+        return torch.cuda.is_bf16_supported()
+    return cpu_has_bf16()
+
+
+def pick_precision(name, device, training):
+    """auto: in training on a CPU the trainer measures which is faster here (cpu_paths.py); on a
+    GPU bf16 where it has it; evaluation fp32. An explicit 'fp32' or 'bf16' stays."""
+    if name != 'auto':
+        return name
+    if training and torch.device(device).type == 'cpu':
+        return 'auto'
+    return 'bf16' if training and bf16_supported(device) else 'fp32'
+
+
+def autocast(device, precision):
+    """bf16 autocast on `device` for precision 'bf16', a no-op context otherwise."""
+    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=precision == 'bf16')

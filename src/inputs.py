@@ -1,0 +1,151 @@
+"""The files a run.py command reads and writes, checked before any work: the pretraining corpus,
+the finetuning questions, the evaluation questions, a params file, and the folders the outputs
+go to. Each problem is a UsageError naming the file or flag and what is wrong (run.py prints it
+as one `error:` line and exits 2), raised before anything is trained or written."""
+import os
+import sys
+import tempfile
+
+import torch
+
+import dataset
+import presets
+from utils import UsageError
+
+
+def check_writable(path, flag):
+    """Fail before hours of training, not after, when an output cannot be written. The outputs
+    are written as a temporary file in the same folder, renamed over the old one (atomic_write),
+    so that is what is tried here; os.access alone says yes to root on read-only mounts."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise UsageError(f'{flag} {path} is a directory')
+    if not os.path.isdir(folder):
+        why = 'is not a directory' if os.path.exists(folder) else 'does not exist'
+        raise UsageError(f'{flag} {path}: {folder} {why}')
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix='.write-test-')
+        os.close(fd)
+        os.remove(probe)
+    except OSError as e:
+        raise UsageError(f'{flag} {path}: directory {folder} is not writable ({e.strerror})')
+
+
+def read_text(path, flag, lines=False):
+    """The text of the file given by `flag` (lines=True: its lines, line ends kept as they are);
+    a file that is not UTF-8 is an error naming it."""
+    try:
+        with open(path, encoding='utf-8', newline='' if lines else None) as f:
+            return list(f) if lines else f.read()
+    except UnicodeDecodeError as e:
+        raise UsageError(f'{flag} {path}: not UTF-8 text ({e.reason} at byte {e.start})')
+
+
+def read_corpus(corpus_path, edition=None):
+    """The pretraining corpus's CharCorruptionDataset (which also gives every stage its
+    vocabulary); a file that is not UTF-8, is empty or holds a reserved character is an error
+    naming it."""
+    text = read_text(corpus_path, 'pretrain_corpus_path')
+    if not text.strip():
+        raise UsageError(f'pretrain_corpus_path {corpus_path} is empty')
+    try:
+        return dataset.CharCorruptionDataset(text, presets.BLOCK_SIZE, edition)
+    except UsageError as e:  # the reserved characters: say which file, and which line
+        line = next((f' line {i}' for i, s in enumerate(text.split('\n'), 1)
+                     if dataset.MASK_CHAR in s or dataset.PAD_CHAR in s), '')
+        raise UsageError(f'pretrain_corpus_path {corpus_path}{line}: {e}')
+
+
+def read_finetune(path, pretrain_dataset):
+    """The finetuning questions' NameDataset; a malformed or empty file is an error naming it."""
+    text = read_text(path, '--finetune_corpus_path')
+    try:
+        names = dataset.NameDataset(pretrain_dataset, text)
+    except UsageError as e:  # which line: say which file too
+        raise UsageError(f'--finetune_corpus_path {path}: {e}')
+    if len(names) == 0:
+        raise UsageError(f'--finetune_corpus_path {path} has no examples')
+    return names
+
+
+def read_questions(path, stoi, strict):
+    """The handout's prompts: each line's text before the tab (for an input file without gold
+    places that keeps the line's '\\n', which the handout feeds to the model too), + ⁇.
+
+    Checked before any time is spent on the model, so a bad file clobbers no old predictions:
+    every non-blank line is `question<TAB>place` or (an input file without gold places) every one
+    is a bare question. CRLF line ends read as LF. A blank line has no question: its entry is
+    None and it gets an empty prediction, so the predictions file still has one line per input
+    line. Characters outside the pretraining vocabulary are dropped with a warning naming the
+    line (the handout would stop with a KeyError), or are an error with `strict`."""
+    lines = read_text(path, '--eval_corpus_path', lines=True)
+    if not any(line.strip() for line in lines):
+        raise UsageError(f'--eval_corpus_path {path} has no questions (the file is empty)')
+    prompts = []
+    gold = None  # whether the file's lines have a place column: the first non-blank line says
+    for lineno, line in enumerate(lines, 1):
+        line = line.replace('\r\n', '\n')
+        if not line.strip():
+            prompts.append(None)
+            continue
+        tabs = line.count('\t')
+        if tabs > 1:
+            raise UsageError(f'--eval_corpus_path {path} line {lineno}: expected '
+                             f'"question<TAB>place" or a bare question, found {tabs} tabs')
+        if gold is None:
+            gold, first = tabs == 1, lineno
+        elif gold != (tabs == 1):
+            raise UsageError(f'--eval_corpus_path {path} line {lineno}: '
+                             + ('no tab, but line {} has "question<TAB>place"' if gold else
+                                'has a tab, but line {} is a bare question').format(first))
+        question = line.split('\t')[0] + dataset.MASK_CHAR
+        unknown = sorted(set(question) - set(stoi))
+        if unknown:
+            if strict:
+                raise UsageError(f'--eval_corpus_path {path} line {lineno}: character '
+                                 f'{unknown[0]!r} is not in the pretraining vocabulary')
+            print(f'warning: {path} line {lineno}: dropped characters outside the '
+                  f'vocabulary: {"".join(unknown)!r}', file=sys.stderr)
+        prompts.append([stoi[c] for c in question if c in stoi])
+    return prompts
+
+
+def describe_params(state):
+    """Which variant a state_dict is of, in words."""
+    if 'down_block.C' in state:
+        return f'a perceiver model with bottleneck_dim {state["down_block.C"].shape[1]}'
+    if any(k.endswith('attn.w2') for k in state):
+        return 'a synthesizer model'
+    if any(k.endswith('attn.rope_cache') for k in state):
+        return 'a rope model'
+    return 'a vanilla model'
+
+
+def load_params(gpt, path, wanted, device):
+    """Load a params file into gpt (`wanted`: the model asked for, in words, for the error).
+    weights_only: a params file is data, never code to run; map_location: params trained on a
+    GPU load on a machine without one."""
+    if os.path.isdir(path):
+        raise UsageError(f'--reading_params_path {path} is a directory, not a params file')
+    if not os.path.isfile(path):
+        raise UsageError(f'--reading_params_path {path}: file not found')
+    try:
+        state = torch.load(path, map_location=device, weights_only=True)
+    except Exception as e:  # not a torch file, truncated, or not a plain state_dict
+        raise UsageError(f'--reading_params_path {path}: not a readable params file '
+                         f'({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ""})')
+    if isinstance(state, dict) and {'model', 'optimizer', 'epoch'} <= set(state):
+        raise UsageError(f'--reading_params_path {path} is a --resume checkpoint, not a params '
+                         'file: continue that run with --resume, or read its finished params')
+    if not isinstance(state, dict) or not all(torch.is_tensor(v) for v in state.values()):
+        raise UsageError(f'--reading_params_path {path}: not a state_dict of tensors')
+    expected = gpt.state_dict()
+    mismatch = set(state) != set(expected) or any(
+        tuple(state[k].shape) != tuple(v.shape) for k, v in expected.items())
+    if mismatch:
+        found = describe_params(state)
+        if found == wanted:  # same variant, other sizes (vocabulary, block size, widths)
+            found += (' of other sizes (its keys or shapes differ: another corpus, or trained '
+                      'with another --preset?)')
+        raise UsageError(f'--reading_params_path {path}: params are {found}, you asked for {wanted}')
+    gpt.load_state_dict(state)

@@ -1,0 +1,138 @@
+"""budget.py: a time budget plans the epochs that fit (measured steps undone), compresses the
+schedule to them, re-plans after the first epoch, and treats a budget too small for one epoch as
+the user's error (a flag's) or as one epoch with a warning (a preset's).
+
+Time is a stand-in clock that each training step advances (FakeClock): no test measures the wall
+clock, so a busy machine changes none of them."""
+import random
+import re
+
+import pytest
+import torch
+
+import trainer
+import utils
+from test_schedule import RecordingWriter, name_data, tiny_gpt  # noqa: F401 (name_data: a fixture)
+
+
+class FakeClock:
+    """The trainer's clock (TrainerConfig.clock): it moves only when a step advances it."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def budgeted_run(data, budget, max_epochs=4, seed=0, **config):
+    """A Trainer run (dataset `data`, batches of 8) with time_budget seconds (and other
+    TrainerConfig `config`); (trainer, params, lrs logged)."""
+    torch.manual_seed(seed)
+    random.seed(seed)
+    gpt = tiny_gpt(vocab=len(data.stoi), n_layer=1)
+    writer = RecordingWriter()
+    conf = trainer.TrainerConfig(max_epochs=max_epochs, batch_size=8, learning_rate=1e-3,
+                                 lr_decay=True, warmup_tokens=100,
+                                 final_tokens=max_epochs * 20 * 127,  # the cosine over every epoch
+                                 writer=writer, time_budget=budget, **config)
+    t = trainer.Trainer(gpt, data, None, conf)
+    t.train()
+    return t, gpt.state_dict(), [v for _, v in writer.scalars['train/lr']]
+
+
+def test_a_budget_that_fits_every_epoch_changes_nothing(name_data, capsys):
+    """The measured steps are undone (weights, random states, token count): with a budget that
+    fits all max_epochs the run is the unbudgeted run, to the bit."""
+    _, want, want_lrs = budgeted_run(name_data, None)
+    t, got, lrs = budgeted_run(name_data, 600)
+    assert 'time budget 10 min: 4 epochs of 3 steps' in capsys.readouterr().out
+    assert t.config.max_epochs == 4 and t.tokens == 4 * 20 * 127 and lrs == want_lrs
+    assert all(torch.equal(got[k], want[k]) for k in want)
+
+
+def slow_steps(monkeypatch, seconds):
+    """Every training step takes `seconds` on a stand-in clock (a slow machine, not a busy one):
+    returns the clock, for the runs' TrainerConfig(clock=...)."""
+    clock = FakeClock()
+    real_step = trainer.Trainer._step
+
+    def slow_step(self, *args):
+        clock.now += seconds
+        return real_step(self, *args)
+    monkeypatch.setattr(trainer.Trainer, '_step', slow_step)
+    return clock
+
+
+def test_a_budget_too_small_for_one_epoch(name_data, monkeypatch, capsys):
+    """A flag's budget too small for one epoch is the user's error; a preset's (run.py sets
+    budget_may_grow) trains one epoch on such a machine, with a warning saying so."""
+    clock = slow_steps(monkeypatch, 0.05)
+    with pytest.raises(utils.UsageError, match='--time_budget 0.0025 min is too small for one epoch'):
+        budgeted_run(name_data, 0.15, clock=clock)
+    t, _, lrs = budgeted_run(name_data, 0.15, budget_may_grow=True, clock=clock)
+    assert t.config.max_epochs == 1 and len(lrs) == 3
+    assert ("warning: the time budget of 0.0025 min is too small for one epoch"
+            in capsys.readouterr().out)
+
+
+def test_a_budget_that_binds_compresses_the_schedule(name_data, monkeypatch, capsys):
+    """Steps of 50 ms (a stand-in for a slow machine), 3 per epoch, a 1.5 s budget: the epochs
+    that end within 95% of what is left after measuring, the cosine laid over them (its 10% floor
+    reached at the last step), and the run ends inside the budget."""
+    clock = slow_steps(monkeypatch, 0.05)
+    start = clock()
+    t, _, lrs = budgeted_run(name_data, 1.5, max_epochs=50, clock=clock)
+    took = clock() - start
+    out = capsys.readouterr().out
+    epochs = t.config.max_epochs
+    # 2 untimed + 3 timed steps (then the measuring passed 2% of the budget): 0.25 s; an epoch
+    # is 0.15 s, and int(0.95 * 1.25 / 0.15) = 7 epochs fit, which the first epoch confirms
+    assert epochs == 7, out
+    planned = int(re.search(r'time budget 0.025 min: (\d+) epochs of 3 steps', out).group(1))
+    assert planned == epochs or f': {epochs} epochs instead of {planned}' in out  # (a re-plan)
+    assert t.config.final_tokens == pytest.approx(50 * 20 * 127 * epochs / 50)
+    assert len(lrs) == 3 * epochs and lrs[-1] == pytest.approx(1e-4)
+    # the cosine reaches its floor (80% of the way) near the end, not long before
+    assert lrs[int(0.7 * len(lrs)) - 1] > 1.5e-4
+    assert took == pytest.approx(0.25 + 7 * 0.15) and took < 1.5
+
+
+def test_the_first_epoch_corrects_a_misleading_measurement(name_data, monkeypatch, capsys):
+    """The timed steps said 1 ms a step, the steps take 100 ms (3 per epoch): the plan's 50
+    epochs would take 15 s of a 4 s budget. After the first epoch the run re-plans at the pace
+    it saw: it ends inside the budget with its schedule finished (the lr at its 10% floor at the
+    last step), not cut short by the safety net."""
+    clock = slow_steps(monkeypatch, 0.1)
+    monkeypatch.setattr(trainer.Trainer, 'timed_steps', lambda self, *a, **k: [0.001] * 3)
+    start = clock()
+    t, _, lrs = budgeted_run(name_data, 4, max_epochs=50, start_time=start, clock=clock)
+    took = clock() - start
+    out = capsys.readouterr().out
+    epochs = t.config.max_epochs
+    assert 'time budget 0.0666667 min: 50 epochs of 3 steps' in out
+    # the first epoch took 0.3 s: 1 + int(0.95 * 3.7 / 0.3) = 12 epochs, 3.6 s
+    assert f': {epochs} epochs instead of 50' in out and epochs == 12, out
+    assert 'stopping after epoch' not in out
+    assert t.config.final_tokens == pytest.approx(50 * 20 * 127 * epochs / 50)
+    assert len(lrs) == 3 * epochs and lrs[-1] == pytest.approx(1e-4)
+    assert took == pytest.approx(12 * 0.3) and took < 4
+
+
+def test_the_checkpoint_after_a_re_plan_holds_the_new_plan(name_data, monkeypatch, tmp_path):
+    """A resumed budgeted run continues the plan its checkpoint holds: the checkpoint written
+    after the first epoch must already hold the re-planned epochs and schedule."""
+    import checkpoint
+    clock = slow_steps(monkeypatch, 0.1)
+    monkeypatch.setattr(trainer.Trainer, 'timed_steps', lambda self, *a, **k: [0.001] * 3)
+    saved = []
+    real_save = checkpoint.Resumable.save
+
+    def save(self, t, *args):
+        saved.append((t.config.max_epochs, t.config.final_tokens))
+        return real_save(self, t, *args)
+    monkeypatch.setattr(checkpoint.Resumable, 'save', save)
+    t, _, _ = budgeted_run(name_data, 4, max_epochs=50, start_time=clock(), clock=clock,
+                           resume_path=str(tmp_path / 'run.ckpt'), checkpoint_every=1)
+    assert t.config.max_epochs == 12 and len(saved) == 11  # after every epoch but the last
+    assert set(saved) == {(12, t.config.final_tokens)}

@@ -1,0 +1,41 @@
+"""scripts/compare_commits.py judges params by their tensors (torch.save records the file's name,
+so equal params saved under two names are different bytes) and predictions by their bytes."""
+import importlib.util
+import os
+
+import torch
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def load():
+    spec = importlib.util.spec_from_file_location(
+        'compare_commits', os.path.join(REPO, 'scripts', 'compare_commits.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_same_compares_tensors_and_bytes(tmp_path):
+    compare = load()
+    state = {'a.weight': torch.randn(3, 4), 'mask': torch.ones(2, 2)}
+    torch.save(state, tmp_path / 'x.params')
+    torch.save(state, tmp_path / 'y.params')
+    assert (tmp_path / 'x.params').read_bytes() != (tmp_path / 'y.params').read_bytes()
+    assert compare.same(str(tmp_path / 'x.params'), str(tmp_path / 'y.params'))
+    changed = dict(state, **{'a.weight': state['a.weight'].clone()})
+    changed['a.weight'][1, 2] += 1.0
+    torch.save(changed, tmp_path / 'z.params')
+    assert not compare.same(str(tmp_path / 'x.params'), str(tmp_path / 'z.params'))
+    torch.save({'a.weight': state['a.weight']}, tmp_path / 'fewer.params')
+    assert not compare.same(str(tmp_path / 'x.params'), str(tmp_path / 'fewer.params'))
+    (tmp_path / 'p.predictions').write_text('Paris\nRome\n')
+    (tmp_path / 'q.predictions').write_text('Paris\nRome \n')
+    assert not compare.same(str(tmp_path / 'p.predictions'), str(tmp_path / 'q.predictions'))
+    assert compare.same(str(tmp_path / 'p.predictions'), str(tmp_path / 'p.predictions'))
+    # both trees run the same commands: every variant's three outputs, and vanilla in bf16
+    outputs = [out for _, out in compare.commands()]
+    for variant in ('vanilla', 'synthesizer', 'perceiver', 'rope'):
+        assert {f'{variant}.pretrain.params', f'{variant}.finetune.params',
+                f'{variant}.dev.predictions'} <= set(outputs)
+    assert 'vanilla-bf16.pretrain.params' in outputs

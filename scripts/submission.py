@@ -37,6 +37,11 @@ ZIP_NAME = {'synthesizer': 'assignment5_submission.zip', 'perceiver': 'assignmen
             'rope': 'assignment4_submission.zip'}
 EXTRA = {'rope': ['london_baseline_accuracy.txt']}  # zipped too, beyond the variant's files
 ZIPS_DATA = {'synthesizer': True, 'perceiver': True, 'rope': False}
+# The zipped src/edition.txt says the zip's edition (presets.EDITIONS' names), whatever the
+# checkout's says: the autograder's bare CharCorruptionDataset(data, block_size) then gives that
+# edition's lengths (2024-25: x and y block_size long; 2021-23: block_size - 1).
+EDITION_FILE = 'src/edition.txt'
+EDITION_SETTING = {'synthesizer': '2021-23', 'perceiver': '2021-23', 'rope': '2024-25'}
 
 
 class SubmissionError(Exception):
@@ -131,8 +136,9 @@ def src_members(src):
     return members
 
 
-def write_zip(out, members):
-    """Zip members [(path, name)] into `out` through a temporary file renamed into place."""
+def write_zip(out, members, texts=()):
+    """Zip members [(path, name)] and texts [(name, text)] into `out` through a temporary file
+    renamed into place."""
     out_dir = os.path.dirname(os.path.abspath(out))
     fd, tmp = tempfile.mkstemp(prefix='.' + os.path.basename(out) + '.', suffix='.tmp', dir=out_dir)
     os.close(fd)
@@ -140,6 +146,8 @@ def write_zip(out, members):
         with zipfile.ZipFile(tmp, 'w', compression=zipfile.ZIP_DEFLATED) as z:
             for path, arcname in members:
                 z.write(path, arcname)
+            for arcname, text in texts:
+                z.writestr(arcname, text)
         os.chmod(tmp, 0o644)
         os.replace(tmp, out)
     except BaseException:
@@ -171,13 +179,28 @@ def collect(args, repo=REPO):
         return 1
 
     data_members = DATA_FILES if ZIPS_DATA[edition] else []
-    members = src_members(src)
+    members = [m for m in src_members(src) if m[1] != EDITION_FILE]
     members += [(data[name], name) for name in data_members]
     members += [(os.path.join(folder, name), name) for name in required]
-    write_zip(out, members)
-    print(f'wrote {out}: {len(members)} files (src/ + {len(data_members)} data files + '
-          f'{len(required)} params/predictions files)')
+    stamp = EDITION_SETTING[edition]
+    write_zip(out, members, [(EDITION_FILE, stamp + '\n')])
+    print(f'wrote {out}: {len(members) + 1} files (src/ + {len(data_members)} data files + '
+          f'{len(required)} params/predictions files); its {EDITION_FILE} says {stamp}')
+    checkout = checkout_setting(repo)
+    if checkout not in (None, stamp):
+        print(f'note: this checkout\'s {EDITION_FILE} says {checkout}; the zip follows the '
+              f'{edition} edition ({stamp})')
     return 0
+
+
+def checkout_setting(repo=REPO):
+    """The edition the checkout's src/edition.txt names (as presets.checkout_edition reads it),
+    or None."""
+    try:
+        with open(os.path.join(repo, EDITION_FILE), encoding='utf-8') as f:
+            return f.read().strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def main(argv=None):

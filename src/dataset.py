@@ -86,9 +86,10 @@ corruption example:
 4. x = masked_string[:-1], y = masked_string[1:]: predict the next character everywhere.
 5. Encode both with the vocabulary as LongTensors (of length block_size - 1; 2024-25: block_size).
 
-The edition (presets.EDITIONS) is the `edition` argument, else $CS224N_EDITION, else 2021-23: an
-autograder of the RoPE edition builds CharCorruptionDataset(data, block_size) with
-CS224N_EDITION=2024-25 set.
+The edition (presets.EDITIONS) is the `edition` argument, else $CS224N_EDITION, else this
+checkout's (src/edition.txt, which collect_submission.sh stamps in the zip with the zip's edition),
+else 2021-23: an autograder's bare CharCorruptionDataset(data, block_size) in an unzipped
+submission gives that edition's lengths.
 
 Vocabulary: id 0 is PAD_CHAR, id 1 is MASK_CHAR, ids 2.. are the sorted characters of the corpus.
 Example (block_size 128 in run.py):

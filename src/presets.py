@@ -39,10 +39,13 @@ HANDOUT = {
 # 2024 and Winter 2025): its CharCorruptionDataset pads the masked string to block_size + 1
 # characters (x and y block_size long, not block_size - 1), its pretraining's final_tokens is
 # 650 x len(pretrain_dataset) x block_size (not 200 x), its tensorboard folder has no
-# bottleneck_dim. run.py's --edition picks one; a variant of one edition only (synthesizer,
-# perceiver, rope) implies it; otherwise the environment variable CS224N_EDITION, then the default.
+# bottleneck_dim. Which one a command follows: see edition() below.
 EDITION_ENV = 'CS224N_EDITION'
 DEFAULT_EDITION = '2021-23'
+# The edition this checkout follows, set once (`python src/presets.py --edition 2024-25`). It lives
+# in src/ so that it travels with the code: collect_submission.sh stamps the zip's copy with the
+# zip's edition, and an autograder's bare `import dataset` in an unzipped submission follows it.
+EDITION_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'edition.txt')
 EDITIONS = {
     '2021-23': dict(variants=('vanilla', 'synthesizer', 'perceiver'), extra_pad=0,
                     handout={}),
@@ -51,19 +54,56 @@ EDITIONS = {
 }
 
 
-def edition(name=None, variant=None):
-    """The edition's name: `name` if given (checked), else the only edition that has `variant`,
-    else $CS224N_EDITION, else the default. A bad name is a UsageError."""
-    if name is None:
+def checkout_edition():
+    """The edition named in src/edition.txt, or None (no file, or no name in it)."""
+    try:
+        with open(EDITION_FILE, encoding='utf-8') as f:
+            return f.read().strip() or None
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f'{EDITION_FILE}: cannot read this checkout\'s edition ({e})')
+
+
+def edition_source(name=None, variant=None):
+    """(edition, where it came from), from the first of: `name` (run.py's --edition); the only
+    edition that has `variant` (rope: 2024-25; synthesizer, perceiver: 2021-23); $CS224N_EDITION;
+    this checkout's setting (src/edition.txt); the default, 2021-23. A name that is no edition is
+    a UsageError naming where it came from."""
+    if name is not None:
+        where = '--edition'
+    else:
         having = [e for e, values in EDITIONS.items() if variant in values['variants']]
         if len(having) == 1:
-            return having[0]
-        name, where = os.environ.get(EDITION_ENV) or DEFAULT_EDITION, EDITION_ENV
-    else:
-        where = '--edition'
+            return having[0], f'the {variant} variant'
+        if os.environ.get(EDITION_ENV):
+            name, where = os.environ[EDITION_ENV], EDITION_ENV
+        else:
+            name, where = checkout_edition(), EDITION_FILE
+            if name is None:
+                return DEFAULT_EDITION, 'the default'
     if name not in EDITIONS:
-        raise UsageError(f'{where} {name!r}: no such edition (choose from {", ".join(EDITIONS)})')
-    return name
+        raise UsageError(f'{where} {name!r}: no such edition (choose from {", ".join(EDITIONS)}'
+                         + ('; `python src/presets.py --edition NAME` rewrites it)'
+                            if where == EDITION_FILE else ')'))
+    return name, where
+
+
+def edition(name=None, variant=None):
+    """The edition's name (see edition_source)."""
+    return edition_source(name, variant)[0]
+
+
+def set_checkout_edition(name):
+    """Write src/edition.txt: every later command of this checkout follows `name`."""
+    from utils import atomic_write
+    if name not in EDITIONS:
+        raise UsageError(f'--edition {name!r}: no such edition (choose from {", ".join(EDITIONS)})')
+
+    def write(tmp):
+        with open(tmp, 'w', encoding='utf-8') as f:
+            f.write(name + '\n')
+    atomic_write(EDITION_FILE, write)
 
 
 def _preset(model=None, rehearsal_lead=None, time_budget=None, **stage_changes):
@@ -140,3 +180,26 @@ def rehearsal_lead(preset):
 def model_values(preset):
     """The GPTConfig settings of `preset` (sizes, and dropout where it differs from GPTConfig's)."""
     return dict(PRESETS[preset]['model'])
+
+
+def main(argv=None):
+    """python src/presets.py [--edition NAME]: say (or set, once for this checkout) the edition."""
+    from utils import OneLineParser
+    ap = OneLineParser(prog='python src/presets.py',
+                       description='Show, or set once for this checkout, the assignment edition '
+                                   'its commands follow (src/edition.txt).')
+    ap.add_argument('--edition', choices=sorted(EDITIONS), default=None,
+                    help='2021-23 (synthesizer, perceiver handouts) or 2024-25 (RoPE handout)')
+    args = ap.parse_args(argv)
+    try:
+        if args.edition is not None:
+            set_checkout_edition(args.edition)
+        name, where = edition_source()
+    except UsageError as e:
+        raise SystemExit(f'error: {e}')
+    print(f'this checkout follows the {name} edition ({where}); --edition and ${EDITION_ENV} '
+          'override it per command')
+
+
+if __name__ == '__main__':
+    main()

@@ -58,8 +58,9 @@ def parse_args(argv=None):
     extra.add_argument('--edition', choices=sorted(presets.EDITIONS), default=None,
                        help='the handout edition whose starter code to follow: 2021-23 '
                             '(synthesizer, perceiver) or 2024-25 (rope); default: the '
-                            'variant\'s, else $%s, else %s' % (presets.EDITION_ENV,
-                                                               presets.DEFAULT_EDITION))
+                            'variant\'s, else $%s, else this checkout\'s (src/edition.txt, set '
+                            'by python src/presets.py --edition), else %s' % (
+                                presets.EDITION_ENV, presets.DEFAULT_EDITION))
     extra.add_argument('--max_epochs', type=int, default=None)
     extra.add_argument('--time_budget', type=float, default=None, metavar='MINUTES',
                        help='pretrain/finetune: measure this machine\'s speed on the first steps, '
@@ -132,12 +133,11 @@ def check_args(args):
 
     if args.dropout is not None and not 0 <= args.dropout < 1:
         raise UsageError(f'--dropout must be in [0, 1), not {args.dropout}')
-    explicit = args.edition is not None
-    args.edition = presets.edition(args.edition, args.variant)
+    args.edition, where = presets.edition_source(args.edition, args.variant)
     if args.variant not in presets.EDITIONS[args.edition]['variants']:
         raise UsageError(f'--edition {args.edition} has the variants '
                          f'{", ".join(presets.EDITIONS[args.edition]["variants"])}, not {args.variant}'
-                         + ('' if explicit else f' (from {presets.EDITION_ENV})'))
+                         + ('' if where == '--edition' else f' (from {where})'))
     if args.time_budget is not None and args.function == 'evaluate':
         raise UsageError('--time_budget is for pretrain and finetune')
     if args.time_budget is not None and not args.time_budget > 0:

@@ -238,3 +238,66 @@ def test_the_module_behind_the_script_is_importable(workdir):
     assert sorted(data) == sorted(DATA)
     assert len(problems) == 2 and any('vanilla.model.params: missing' in p for p in problems)
     assert any('rope.pretrain.dev.predictions: empty' in p for p in problems)
+
+
+# ---- the edition travels with the zip (src/edition.txt) ---------------------------------------
+
+CORPUS = ('Ada Lovelace was born in London and wrote the first program for a machine.\n'
+          'Alan Turing was born in Maida Vale, London, and broke codes at Bletchley Park.\n')
+LENGTHS = ("import dataset; d = dataset.CharCorruptionDataset(open('corpus.txt').read(), 128); "
+           "print(*{len(t) for i in range(2) for t in d[i]})")
+
+
+def checkout_copy(tmp_path, edition=None):
+    """A copy of what collect_submission.sh needs (src/, scripts/submission.py, the script), with
+    src/edition.txt set to `edition` (None: no such file), so the tests never touch this
+    checkout's setting."""
+    import shutil
+    repo = tmp_path / 'checkout'
+    shutil.copytree(os.path.join(REPO, 'src'), repo / 'src',
+                    ignore=shutil.ignore_patterns('__pycache__'))
+    (repo / 'scripts').mkdir()
+    shutil.copy(os.path.join(REPO, 'scripts', 'submission.py'), repo / 'scripts')
+    shutil.copy(SCRIPT, repo)
+    if edition is None:  # a checkout without the setting (the default edition)
+        (repo / 'src' / 'edition.txt').unlink()
+    else:
+        (repo / 'src' / 'edition.txt').write_text(edition + '\n')
+    return repo
+
+
+def lengths_in_unzipped(zip_path, folder):
+    """x and y lengths of CharCorruptionDataset(data, 128) from the unzipped submission's own
+    dataset.py, imported in a fresh process as an autograder would: without CS224N_EDITION."""
+    with zipfile.ZipFile(zip_path) as z:
+        z.extractall(folder)
+    (folder / 'src' / 'corpus.txt').write_text(CORPUS)
+    env = {k: v for k, v in os.environ.items() if k != 'CS224N_EDITION'}
+    r = subprocess.run([sys.executable, '-c', LENGTHS], cwd=folder / 'src', env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.splitlines()[-1].split()  # (after "data has N characters, V unique.")
+
+
+@pytest.mark.parametrize('checkout', [None, '2021-23', '2024-25'])
+@pytest.mark.parametrize('edition,length', [('synthesizer', '127'), ('perceiver', '127'),
+                                            ('rope', '128')])
+def test_an_unzipped_submission_follows_the_zips_edition(workdir, tmp_path, checkout, edition, length):
+    """The zip's src/edition.txt is the zip's edition, whatever the checkout says: a bare
+    CharCorruptionDataset(data, 128) from the unzipped rope zip gives x and y 128 long, from a
+    synthesizer or perceiver zip 127."""
+    repo = checkout_copy(tmp_path, checkout)
+    make_outputs(workdir, edition)
+    env = dict(os.environ, PYTHON=sys.executable)
+    r = subprocess.run(['bash', str(repo / 'collect_submission.sh'), '--edition', edition],
+                       cwd=workdir, env=env, text=True, capture_output=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    stamp = '2024-25' if edition == 'rope' else '2021-23'
+    assert f'its src/edition.txt says {stamp}' in r.stdout
+    assert ('note: this checkout' in r.stdout) == (checkout not in (None, stamp))
+    with zipfile.ZipFile(workdir / zip_name(edition)) as z:
+        assert z.read('src/edition.txt') == (stamp + '\n').encode()
+        assert z.namelist().count('src/edition.txt') == 1
+    unzipped = tmp_path / 'unzipped'
+    unzipped.mkdir()
+    assert lengths_in_unzipped(workdir / zip_name(edition), unzipped) == [length]

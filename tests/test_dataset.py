@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import dataset
+import presets
 import utils
 from conftest import REPO
 
@@ -366,3 +367,30 @@ def test_lead_in_examples_batch_with_the_questions_in_the_2024_edition():
     lead = dataset.LeadInDataset(pre, 'Where was ')
     assert pre[0][0].shape == (128,)
     assert lead[0][0].shape == lead[0][1].shape == names[0][0].shape == (127,)
+
+
+def test_the_checkout_sets_its_edition_once(tmp_path, monkeypatch, capsys):
+    """src/edition.txt (written by `python src/presets.py --edition NAME`) sets the edition of
+    every command of the checkout and of a bare CharCorruptionDataset; the variant's own
+    edition, $CS224N_EDITION and --edition come before it, in that order from the last."""
+    setting = tmp_path / 'edition.txt'
+    monkeypatch.setattr(presets, 'EDITION_FILE', str(setting))
+    monkeypatch.delenv(presets.EDITION_ENV, raising=False)
+    assert presets.edition_source() == ('2021-23', 'the default')
+    presets.main(['--edition', '2024-25'])
+    assert setting.read_text() == '2024-25\n'
+    assert 'this checkout follows the 2024-25 edition' in capsys.readouterr().out
+    assert presets.edition() == presets.edition(variant='vanilla') == '2024-25'
+    x, y = dataset.CharCorruptionDataset('Ada Brook was born in London.\n' * 3, 128)[0]
+    assert len(x) == len(y) == 128
+    assert presets.edition(variant='synthesizer') == '2021-23'  # a variant of one edition
+    monkeypatch.setenv(presets.EDITION_ENV, '2021-23')  # the environment over the checkout
+    assert presets.edition_source(variant='vanilla') == ('2021-23', presets.EDITION_ENV)
+    assert presets.edition('2024-25', 'vanilla') == '2024-25'  # --edition over everything
+    monkeypatch.delenv(presets.EDITION_ENV)
+    setting.write_text('2023\n')
+    with pytest.raises(utils.UsageError, match=r"edition.txt '2023': no such edition"):
+        presets.edition()
+    with pytest.raises(SystemExit) as e:
+        presets.main(['--edition', '2023'])
+    assert e.value.code == 2 and setting.read_text() == '2023\n'  # a bad name writes nothing

@@ -25,7 +25,8 @@ sys.path.insert(0, os.path.join(REPO, 'src'))
 import run_all  # noqa: E402
 from datafiles import resolve  # noqa: E402
 from presets import PRESETS, stage_values  # noqa: E402
-from utils import OneLineParser  # noqa: E402
+from paths import out_folder_problem  # noqa: E402
+from utils import MAX_BUDGET_MINUTES, OneLineParser  # noqa: E402
 
 LONDON = 5.0  # the London baseline's dev accuracy (london_baseline.py)
 
@@ -141,9 +142,14 @@ def main():
                     help='where the table and figure go')
     ap.add_argument('--report-only', action='store_true', help='no new runs: the report of those made')
     args = ap.parse_args()
-    bad = [m for m in args.budgets if not m > 0]
+    bad = [m for m in args.budgets if not 0 < m <= MAX_BUDGET_MINUTES]
     if bad:
-        ap.error(f'argument --budgets: minutes must be positive, not {bad[0]:g}')
+        ap.error(f'argument --budgets: minutes must be positive, up to {MAX_BUDGET_MINUTES} '
+                 f'(a week), not {bad[0]:g}')
+    for flag, folder in (('--runs', args.runs), ('--out', args.out)):
+        problem = out_folder_problem(folder)
+        if problem is not None:
+            ap.error(f'argument {flag} {folder}: {problem}')
     points = []
     for minutes in sorted(args.budgets):
         folder = os.path.join(args.runs, f'{args.model}-{minutes:g}')

@@ -32,7 +32,8 @@ RUN = os.path.join(REPO, 'src', 'run.py')
 sys.path.insert(0, os.path.join(REPO, 'src'))
 from datafiles import resolve  # noqa: E402
 from presets import PRESETS  # noqa: E402
-from utils import OneLineParser, evaluate_places  # noqa: E402
+from paths import out_folder_problem  # noqa: E402
+from utils import MAX_BUDGET_MINUTES, OneLineParser, evaluate_places  # noqa: E402
 
 # name -> (variant, extra flags, pretrain?)
 MODELS = {
@@ -267,12 +268,16 @@ def main():
     ap.add_argument('run_flags', nargs=argparse.REMAINDER,
                     help='after --: flags passed to every run.py call (e.g. -- --device cuda --compile)')
     args = ap.parse_args()
-    if args.time_budget is not None and not args.time_budget > 0:
-        ap.error(f'argument --time_budget: must be a positive number of minutes, not {args.time_budget:g}')
+    if args.time_budget is not None and not 0 < args.time_budget <= MAX_BUDGET_MINUTES:
+        ap.error(f'argument --time_budget: must be a positive number of minutes up to '
+                 f'{MAX_BUDGET_MINUTES} (a week), not {args.time_budget:g}')
     flags = [f for f in args.run_flags if f != '--']
     if '--time_budget' in flags:
         ap.error('give the whole run\'s --time_budget before --, not to every run.py call')
     out = os.path.abspath(args.out or os.path.join(REPO, 'runs', f'all-{args.preset}'))
+    problem = out_folder_problem(out)
+    if problem is not None:
+        ap.error(f'argument --out {out}: {problem}')
     os.makedirs(out, exist_ok=True)
     timing_file = os.path.join(out, 'timings.json')
     timings = json.load(open(timing_file)) if os.path.exists(timing_file) else {}

@@ -24,6 +24,8 @@ import tempfile
 import zipfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, 'src'))
+from paths import output_problem  # noqa: E402 (standard library only, as this module)
 DATA_FILES = ['wiki.txt', 'birth_places_train.tsv', 'birth_dev.tsv', 'birth_test_inputs.tsv']
 SPLIT_TSV = {'dev': 'birth_dev.tsv', 'test': 'birth_test_inputs.tsv'}
 COMMON = ['vanilla.model.params', 'vanilla.nopretrain.dev.predictions',
@@ -169,6 +171,12 @@ def collect(args, repo=REPO):
 
     problems, data = check(folder, edition, repo)
     out = args.output or ZIP_NAME[edition]
+    members = [m for m in src_members(src) if m[1] != EDITION_FILE]
+    members += [(data[name], name) for name in DATA_FILES if ZIPS_DATA[edition] and name in data]
+    members += [(os.path.join(folder, name), name) for name in required]
+    problem = output_problem(out, [(name, path) for path, name in members])
+    if problem is not None:
+        raise SubmissionError(f'--output {out}: {problem}')
     if problems:
         print(f'error: the submission is incomplete; {out} was not written:', file=sys.stderr)
         for p in problems:
@@ -179,9 +187,6 @@ def collect(args, repo=REPO):
         return 1
 
     data_members = DATA_FILES if ZIPS_DATA[edition] else []
-    members = [m for m in src_members(src) if m[1] != EDITION_FILE]
-    members += [(data[name], name) for name in data_members]
-    members += [(os.path.join(folder, name), name) for name in required]
     stamp = EDITION_SETTING[edition]
     write_zip(out, members, [(EDITION_FILE, stamp + '\n')])
     print(f'wrote {out}: {len(members) + 1} files (src/ + {len(data_members)} data files + '

@@ -4,31 +4,37 @@ go to. Each problem is a UsageError naming the file or flag and what is wrong (r
 as one `error:` line and exits 2), raised before anything is trained or written."""
 import os
 import sys
-import tempfile
 
 import torch
 
 import dataset
+import paths
 import presets
 from utils import UsageError
 
 
-def check_writable(path, flag):
-    """Fail before hours of training, not after, when an output cannot be written. The outputs
-    are written as a temporary file in the same folder, renamed over the old one (atomic_write),
-    so that is what is tried here; os.access alone says yes to root on read-only mounts."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        raise UsageError(f'{flag} {path} is a directory')
-    if not os.path.isdir(folder):
-        why = 'is not a directory' if os.path.exists(folder) else 'does not exist'
-        raise UsageError(f'{flag} {path}: {folder} {why}')
-    try:
-        fd, probe = tempfile.mkstemp(dir=folder, prefix='.write-test-')
-        os.close(fd)
-        os.remove(probe)
-    except OSError as e:
-        raise UsageError(f'{flag} {path}: directory {folder} is not writable ({e.strerror})')
+def check_outputs(writes, reads):
+    """A UsageError for the first output that cannot be written (paths.output_problem): writes
+    and reads are (flag, path) of what the command writes and reads (None: not given)."""
+    for i, (flag, path) in enumerate(writes):
+        if path is None:
+            continue
+        others = reads + [w for j, w in enumerate(writes) if j != i]
+        problem = paths.output_problem(path, others)
+        if problem is not None:
+            raise UsageError(f'{flag} {path or repr(path)}: {problem}')
+
+
+def check_log_folder(folder):
+    """The tensorboard folder (made at the first step): the first part of it that exists must be
+    a folder that can be written, or the run would fail after its first step."""
+    existing = folder
+    while existing and not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    problem = paths.folder_problem(os.path.abspath(existing or '.'))
+    if problem is not None:
+        raise UsageError(f'the tensorboard log folder {folder}: {problem} (run from a folder you '
+                         'can write to)')
 
 
 def read_text(path, flag, lines=False):
@@ -68,37 +74,55 @@ def read_finetune(path, pretrain_dataset):
     return names
 
 
-def read_questions(path, stoi, strict):
-    """The handout's prompts: each line's text before the tab (for an input file without gold
-    places that keeps the line's '\\n', which the handout feeds to the model too), + ⁇.
-
-    Checked before any time is spent on the model, so a bad file clobbers no old predictions:
-    every non-blank line is `question<TAB>place` or (an input file without gold places) every one
-    is a bare question. CRLF line ends read as LF. A blank line has no question: its entry is
-    None and it gets an empty prediction, so the predictions file still has one line per input
-    line. Characters outside the pretraining vocabulary are dropped with a warning naming the
-    line (the handout would stop with a KeyError), or are an error with `strict`."""
-    lines = read_text(path, '--eval_corpus_path', lines=True)
+def read_gold_lines(path, flag):
+    """The lines of a questions file, checked line by line before any time is spent on them:
+    (question, place) for `question<TAB>place`, (question, None) for a bare question (the text
+    before the tab, as the handout takes it: a bare question keeps its '\n'), None for a blank
+    line. CRLF line ends read as LF. Every non-blank line is `question<TAB>place`, neither part
+    empty, or (a file without gold places) every one is a bare question; an empty or non-UTF-8
+    file, and a line that breaks this, is an error naming the file and the line."""
+    lines = read_text(path, flag, lines=True)
     if not any(line.strip() for line in lines):
-        raise UsageError(f'--eval_corpus_path {path} has no questions (the file is empty)')
-    prompts = []
+        raise UsageError(f'{flag} {path} has no questions (the file is empty)')
+    rows = []
     gold = None  # whether the file's lines have a place column: the first non-blank line says
     for lineno, line in enumerate(lines, 1):
         line = line.replace('\r\n', '\n')
         if not line.strip():
-            prompts.append(None)
+            rows.append(None)
             continue
         tabs = line.count('\t')
         if tabs > 1:
-            raise UsageError(f'--eval_corpus_path {path} line {lineno}: expected '
+            raise UsageError(f'{flag} {path} line {lineno}: expected '
                              f'"question<TAB>place" or a bare question, found {tabs} tabs')
         if gold is None:
             gold, first = tabs == 1, lineno
         elif gold != (tabs == 1):
-            raise UsageError(f'--eval_corpus_path {path} line {lineno}: '
+            raise UsageError(f'{flag} {path} line {lineno}: '
                              + ('no tab, but line {} has "question<TAB>place"' if gold else
                                 'has a tab, but line {} is a bare question').format(first))
-        question = line.split('\t')[0] + dataset.MASK_CHAR
+        question, _, place = line.partition('\t')
+        if gold and not question.strip():
+            raise UsageError(f'{flag} {path} line {lineno}: empty question before the tab')
+        if gold and not place.strip():
+            raise UsageError(f'{flag} {path} line {lineno}: empty place after the tab '
+                             '(a line is "question<TAB>place")')
+        rows.append((question, place.strip() if gold else None))
+    return rows
+
+
+def read_questions(path, stoi, strict):
+    """The handout's prompts, one per line of the file (read_gold_lines): the question + ⁇, or
+    None for a blank line (it gets an empty prediction, so the predictions file still has one
+    line per input line). Characters outside the pretraining vocabulary are dropped with a
+    warning naming the line (the handout would stop with a KeyError), or are an error with
+    `strict`."""
+    prompts = []
+    for lineno, row in enumerate(read_gold_lines(path, '--eval_corpus_path'), 1):
+        if row is None:
+            prompts.append(None)
+            continue
+        question = row[0] + dataset.MASK_CHAR
         unknown = sorted(set(question) - set(stoi))
         if unknown:
             if strict:

@@ -11,6 +11,7 @@ there, with the handout's values as defaults (see presets.py). Flags the handout
 only change how fast or how long a run is.
 """
 import argparse
+import math
 import os
 import sys
 import time
@@ -116,6 +117,12 @@ def check_args(args):
         value = getattr(args, flag)
         if value is not None and value <= 0:
             raise UsageError(f'--{flag} must be positive, not {value}')
+    for flag in ('pretrain_lr', 'finetune_lr'):
+        value = getattr(args, flag)
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise UsageError(f'--{flag} must be a positive number, not {value:g}')
+    if not -2 ** 63 <= args.seed < 2 ** 64:  # what torch.manual_seed takes
+        raise UsageError(f'--seed must be from -2**63 to 2**64 - 1, not {args.seed}')
     args.corpus_path = resolve(args.pretrain_corpus_path, 'pretrain_corpus_path')
     needs = {'pretrain': ['writing_params_path'],
              'finetune': ['writing_params_path', 'finetune_corpus_path'],
@@ -123,13 +130,21 @@ def check_args(args):
     for flag in needs[args.function]:
         if getattr(args, flag) is None:
             raise UsageError(f'{args.function} needs --{flag}')
-    for flag in ('writing_params_path', 'outputs_path'):
-        if getattr(args, flag) is not None:
-            inputs.check_writable(getattr(args, flag), '--' + flag)
     args.finetune_path = resolve(args.finetune_corpus_path, '--finetune_corpus_path') \
         if args.function == 'finetune' else None
     args.eval_path = resolve(args.eval_corpus_path, '--eval_corpus_path') \
         if args.function == 'evaluate' else None
+    # no output may be an input, or another output (the resumable checkpoint beside the params)
+    reads = [('pretrain_corpus_path', args.corpus_path),
+             ('--finetune_corpus_path', args.finetune_path), ('--eval_corpus_path', args.eval_path),
+             ('--reading_params_path',
+              args.reading_params_path if args.function != 'pretrain' else None)]
+    training = args.function != 'evaluate'
+    inputs.check_outputs(
+        [('--writing_params_path', args.writing_params_path if training else None),
+         ('the checkpoint of --writing_params_path',
+          args.writing_params_path + '.ckpt' if training and args.writing_params_path else None),
+         ('--outputs_path', args.outputs_path if not training else None)], reads)
 
     if args.dropout is not None and not 0 <= args.dropout < 1:
         raise UsageError(f'--dropout must be in [0, 1), not {args.dropout}')
@@ -140,13 +155,16 @@ def check_args(args):
                          + ('' if where == '--edition' else f' (from {where})'))
     if args.time_budget is not None and args.function == 'evaluate':
         raise UsageError('--time_budget is for pretrain and finetune')
-    if args.time_budget is not None and not args.time_budget > 0:
-        raise UsageError(f'--time_budget must be a positive number of minutes, not {args.time_budget:g}')
+    if args.time_budget is not None and not 0 < args.time_budget <= utils.MAX_BUDGET_MINUTES:
+        raise UsageError(f'--time_budget must be a positive number of minutes up to '
+                         f'{utils.MAX_BUDGET_MINUTES} (a week), not {args.time_budget:g}')
     if args.resume and args.function == 'evaluate':
         raise UsageError('--resume is for pretrain and finetune')
     if args.resume and not os.path.isfile(args.writing_params_path + '.ckpt'):
         raise UsageError(f'--resume: no checkpoint {args.writing_params_path}.ckpt to resume from '
                          '(it is written every --checkpoint_every epochs and on Ctrl-C/SIGTERM)')
+    if training:
+        inputs.check_log_folder(tensorboard_dir(args))
 
 
 def describe_model(args):
@@ -285,6 +303,9 @@ def main(argv=None):
     except UsageError as e:
         print(f'error: {e}', file=sys.stderr)
         sys.exit(2)
+    except trainer.LossNotFinite as e:
+        print(f'error: {e}; nothing was written (a lower learning rate may help)', file=sys.stderr)
+        sys.exit(1)
     except checkpoint.TrainingInterrupted as e:
         print(f'\ninterrupted: checkpoint written to {e}; continue with the same command '
               'plus --resume', file=sys.stderr)

@@ -264,6 +264,10 @@ class Trainer:
         return times
 
 
+class LossNotFinite(Exception):
+    """The training loss became inf or nan: the run stops (nothing more is trained or saved)."""
+
+
 class Progress:
     """The handout's logging: the progress bar's `epoch E iter I: train loss L. lr LR` and the
     tensorboard scalars train/loss and train/lr every step. Losses stay on the device until
@@ -292,6 +296,11 @@ class Progress:
         if not self.pending:
             return
         losses = torch.stack([loss for _, loss, _ in self.pending]).float().cpu().tolist()
+        for (step, _, lr), loss in zip(self.pending, losses):
+            if not math.isfinite(loss):  # nothing after it could be saved as a model
+                self.pending.clear()
+                raise LossNotFinite(f'the training loss became {loss} at step {step + 1} '
+                                    f'(learning rate {lr:g})')
         for (step, _, lr), loss in zip(self.pending, losses):
             if self.writer is not None:
                 self.writer.add_scalar('train/loss', loss, step)

@@ -16,6 +16,9 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f'error: {message} (see {self.prog} --help)\n')
 
 
+MAX_BUDGET_MINUTES = 7 * 24 * 60  # a time budget longer than a week is a typo, not a plan
+
+
 class UsageError(Exception):
     """Bad input from the user (a path, a flag, a file's contents). run.py prints
     `error: <message>` on one line and exits with status 2; no traceback."""
@@ -74,12 +77,13 @@ def evaluate_places(filepath, predicted_places):
     Returns: (total, correct), floats
     """
     with open(filepath, encoding='utf-8') as fin:
-        lines = [x.strip().split('\t') for x in fin]
+        lines = [[field.strip() for field in x.rstrip('\r\n').split('\t')] for x in fin]
     # One prediction per line of the file. Beyond the handout (which fails on them with an
     # IndexError): an empty file and blank lines have no gold place and are not counted, and
-    # whether the file has gold places is read from its first non-blank line.
+    # each line has a gold place or not by itself (the handout's x.strip() would take the tab of
+    # a line with an empty name or place, and judged the whole file by its first line).
     asked = [x for x in lines if x != ['']]
-    if not asked or len(asked[0]) == 1:
+    if not any(len(x) > 1 for x in asked):
         print('No gold birth places provided; returning (0,0)')
         return (0, 0)
     assert len(lines) == len(predicted_places), (len(lines), len(predicted_places))

@@ -291,3 +291,27 @@ def test_london_baseline(where, tmp_path):
     if where == 'repo':
         os.remove(written)
     assert content == '5.0\n'
+
+
+@pytest.mark.parametrize('content,words', [
+    ('', 'has no questions (the file is empty)'),
+    ('Where was Ada Brook born?\nWhere was Ben Carter born?\n', 'has no gold places'),
+    ('Where was Ada Brook born?\t\nWhere was Ben Carter born?\tParis\n', 'line 1: empty place'),
+    (b'Where was Zo\xeb Abel born?\tGeneva\n', 'not UTF-8'),
+    ('same', 'london_baseline_accuracy.txt'),
+])
+def test_london_baseline_refuses_what_has_no_accuracy(tmp_path, content, words):
+    """An empty, unreadable or gold-less file (or one that is the output itself) is one error
+    line, exit 2, and no london_baseline_accuracy.txt (the rope submission zips it)."""
+    path = tmp_path / ('london_baseline_accuracy.txt' if content == 'same' else 'q.tsv')
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text('Where was Ada Brook born?\tLondon\n' if content == 'same' else content,
+                        encoding='utf-8')
+    proc = subprocess.run([sys.executable, os.path.join(REPO, 'src', 'london_baseline.py'),
+                           path.name], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith('error: '), proc.stderr
+    assert words in lines[0]
+    assert sorted(os.listdir(tmp_path)) == [path.name]

@@ -301,3 +301,20 @@ def test_an_unzipped_submission_follows_the_zips_edition(workdir, tmp_path, chec
     unzipped = tmp_path / 'unzipped'
     unzipped.mkdir()
     assert lengths_in_unzipped(workdir / zip_name(edition), unzipped) == [length]
+
+
+@pytest.mark.parametrize('output,words', [('adir', 'is a directory'),
+                                          ('nodir/a5.zip', 'does not exist'),
+                                          ('vanilla.model.params', 'same file as vanilla.model.params'),
+                                          ('./birth_dev.tsv', 'same file as birth_dev.tsv')])
+def test_an_output_that_cannot_be_the_zip_is_refused_before_anything(workdir, output, words):
+    """--output onto a folder, into a missing folder, or onto a file the zip would hold: one
+    error line, exit 2, every file as it was."""
+    make_outputs(workdir, 'perceiver')
+    (workdir / 'adir').mkdir()
+    before = {p.name: p.read_bytes() for p in workdir.iterdir() if p.is_file()}
+    r = run(workdir, '--output', output)
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f'error: --output {output}: ') and words in lines[0]
+    assert {p.name: p.read_bytes() for p in workdir.iterdir() if p.is_file()} == before

@@ -81,6 +81,10 @@ def ws(tmp_path_factory):
     w('dev_tabs.tsv', tsv(DEV[:1]) + 'Where was\tRex Stone born?\tCairo\n' + tsv(DEV[2:]))
     w('dev_unknown.tsv', tsv(DEV[:2]) + 'Where was Zoé Abel born?\tGeneva\n'
       + 'Where was Zo Abel born?\tGeneva\n' + tsv(DEV[2:]))
+    w('dev_no_place.tsv', 'Where was Ada Brook born?\t\n' + tsv(DEV))
+    w('dev_no_question.tsv', '\tLondon\n' + tsv(DEV))
+    os.symlink('corpus.txt', d / 'corpus_link.txt')
+    (d / 'adir' / 'ck.params.ckpt').mkdir()  # a folder where the checkpoint of ck.params goes
     gpt = tiny_gpt()
     torch.save(gpt.state_dict(), d / 'vanilla.params')
     torch.save(tiny_gpt(perceiver=True, bottleneck_dim=64).state_dict(), d / 'perceiver64.params')
@@ -222,6 +226,63 @@ BAD_INPUT = {
     'params-under-a-file': (['finetune', 'vanilla', 'corpus.txt', '--finetune_corpus_path',
                              'train.tsv', '--writing_params_path', 'corpus.txt/x.params'] + FAST,
                             ['--writing_params_path', 'corpus.txt', 'not a directory']),
+    # an output that is an input, or cannot be a file (nothing is trained, nothing is clobbered)
+    'params-onto-the-corpus': (['pretrain', 'vanilla', 'corpus.txt', '--writing_params_path',
+                                'corpus.txt'] + FAST,
+                               ['--writing_params_path corpus.txt', 'same file as pretrain_corpus_path']),
+    'params-onto-the-corpus-by-a-link': (['pretrain', 'vanilla', 'corpus.txt', '--writing_params_path',
+                                          'corpus_link.txt'] + FAST, ['corpus_link.txt', 'same file']),
+    'params-onto-the-corpus-spelled-otherwise': (['pretrain', 'vanilla', 'corpus.txt',
+                                                  '--writing_params_path', './adir/../corpus.txt']
+                                                 + FAST, ['same file as pretrain_corpus_path']),
+    'params-onto-the-finetune-tsv': (['finetune', 'vanilla', 'corpus.txt', '--finetune_corpus_path',
+                                      'train.tsv', '--writing_params_path', 'train.tsv'] + FAST,
+                                     ['same file as --finetune_corpus_path']),
+    'predictions-onto-the-questions': (['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path',
+                                        'vanilla.params', '--eval_corpus_path', 'dev.tsv',
+                                        '--outputs_path', 'dev.tsv'] + FAST,
+                                       ['--outputs_path dev.tsv', 'same file as --eval_corpus_path']),
+    'predictions-onto-the-params': (['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path',
+                                     'vanilla.params', '--eval_corpus_path', 'dev.tsv',
+                                     '--outputs_path', 'vanilla.params'] + FAST,
+                                    ['same file as --reading_params_path']),
+    'predictions-onto-a-device': (['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path',
+                                   'vanilla.params', '--eval_corpus_path', 'dev.tsv',
+                                   '--outputs_path', '/dev/null'] + FAST,
+                                  ['/dev/null', 'not a regular file']),
+    'params-empty-path': (['pretrain', 'vanilla', 'corpus.txt', '--writing_params_path', '']
+                          + FAST, ['--writing_params_path', 'empty path']),
+    'params-ending-in-a-slash': (['pretrain', 'vanilla', 'corpus.txt', '--writing_params_path',
+                                  'newdir/'] + FAST, ['newdir/', 'folder, not a file']),
+    'checkpoint-is-a-directory': (['pretrain', 'vanilla', 'corpus.txt', '--writing_params_path',
+                                   'adir/ck.params'] + FAST,
+                                  ['checkpoint of --writing_params_path', 'ck.params.ckpt', 'directory']),
+    # numbers: what they mean, not only their type
+    'pretrain-lr-inf': (['pretrain', 'vanilla', 'corpus.txt', '--pretrain_lr', 'inf'] + PT,
+                        ['--pretrain_lr', 'positive', 'inf']),
+    'pretrain-lr-nan': (['pretrain', 'vanilla', 'corpus.txt', '--pretrain_lr', 'nan'] + PT,
+                        ['--pretrain_lr', 'nan']),
+    'pretrain-lr-negative': (['pretrain', 'vanilla', 'corpus.txt', '--pretrain_lr', '-1'] + PT,
+                             ['--pretrain_lr', 'not -1']),
+    'finetune-lr-nan': (['finetune', 'vanilla', 'corpus.txt', '--finetune_corpus_path', 'train.tsv',
+                         '--finetune_lr', 'nan'] + FT, ['--finetune_lr', 'nan']),
+    'finetune-lr-zero': (['finetune', 'vanilla', 'corpus.txt', '--finetune_corpus_path', 'train.tsv',
+                          '--finetune_lr', '0'] + FT, ['--finetune_lr', 'not 0']),
+    'time-budget-inf': (['pretrain', 'vanilla', 'corpus.txt', '--time_budget', 'inf'] + PT,
+                        ['--time_budget', 'a week', 'not inf']),
+    'time-budget-huge': (['pretrain', 'vanilla', 'corpus.txt', '--time_budget', '1e308'] + PT,
+                         ['--time_budget', 'a week', '1e+308']),
+    'dropout-nan': (['pretrain', 'vanilla', 'corpus.txt', '--dropout', 'nan'] + PT,
+                    ['--dropout', 'not nan']),
+    'seed-overflow': (['pretrain', 'vanilla', 'corpus.txt', '--seed', str(2 ** 70)] + PT,
+                      ['--seed', str(2 ** 70)]),
+    # gold files: judged line by line
+    'eval-first-line-without-place': (['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path',
+                                       'vanilla.params', '--eval_corpus_path', 'dev_no_place.tsv']
+                                      + EV, ['dev_no_place.tsv', 'line 1', 'empty place']),
+    'eval-first-line-without-question': (['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path',
+                                          'vanilla.params', '--eval_corpus_path', 'dev_no_question.tsv']
+                                         + EV, ['dev_no_question.tsv', 'line 1', 'empty question']),
     # flags
     'bottleneck-zero': (['pretrain', 'perceiver', 'corpus.txt', '--bottleneck_dim', '0'] + PT,
                         ['--bottleneck_dim', 'not 0']),
@@ -360,6 +421,40 @@ def test_evaluate_places_on_messy_files(tmp_path):
     assert utils.evaluate_places(str(path), ['', 'a', 'b']) == (0, 0)
     path.write_text('', encoding='utf-8')
     assert utils.evaluate_places(str(path), []) == (0, 0)
+    # each line is gold or not by itself: a first line with an empty name or place does not
+    # make the whole file "no gold" (the handout's x.strip() took its tab away)
+    path.write_text('\tParis\nQ2\tRome\n', encoding='utf-8')
+    assert utils.evaluate_places(str(path), ['Paris', 'Rome']) == (2.0, 2.0)
+    path.write_text('Q1\t\nQ2\tRome\n', encoding='utf-8')
+    assert utils.evaluate_places(str(path), ['x', 'Rome']) == (2.0, 1.0)
+
+
+def test_a_tensorboard_folder_that_cannot_be_made_fails_before_training(tmp_path, monkeypatch, capsys):
+    """Training writes tensorboard logs under expt/ of the working folder: an `expt` that is a
+    file there is one error line before any work, the old params untouched."""
+    for name in ('corpus.txt',):
+        (tmp_path / name).write_text(CORPUS, encoding='utf-8')
+    (tmp_path / 'expt').write_text('not a folder')
+    (tmp_path / 'old.params').write_bytes(OLD_PARAMS)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        run.main(['pretrain', 'vanilla', 'corpus.txt', '--writing_params_path', 'old.params', *FAST])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1, err
+    assert err[0].startswith('error: the tensorboard log folder expt/pretrain/') and 'expt' in err[0]
+    assert (tmp_path / 'old.params').read_bytes() == OLD_PARAMS
+
+
+def test_a_loss_that_becomes_nan_stops_the_run_and_writes_nothing(cli, ws):
+    """A learning rate of 1e30 (finite, so the flags pass) sends the loss to nan within steps:
+    the run stops with one error line saying when, and the params file is as it was."""
+    try:
+        line = assert_one_error(cli('pretrain', 'vanilla', 'corpus.txt', '--pretrain_lr', '1e30',
+                                    '--max_epochs', '3', *PT), ws,
+                                'training loss became', 'nothing was written')
+        assert 'nan' in line or 'inf' in line
+    finally:
+        shutil.rmtree(ws / 'expt', ignore_errors=True)
 
 
 def test_messy_finetune_tsv_gives_the_clean_examples(ws):

@@ -148,3 +148,20 @@ def test_the_epochs_a_budget_chose_are_read_from_run_py():
     assert run_all.epochs_trained(planned + replanned) == 51
     assert run_all.epochs_trained(planned + replanned + 'time budget: stopping after epoch 49 of 51') == 49
     assert run_all.epochs_trained('number of parameters: 3323392\n') is None
+
+
+@pytest.mark.parametrize('script,argv,words', [
+    ('run_all.py', ['--out', 'afile', '--report-only'], '--out'),
+    ('run_all.py', ['--time_budget', 'inf'], 'a week'),
+    ('run_all.py', ['--time_budget', 'nan'], 'not nan'),
+    ('budget_curve.py', ['--budgets', '20', '--out', 'afile'], '--out'),
+    ('budget_curve.py', ['--budgets', '20', '1e308'], 'a week'),
+])
+def test_bad_whole_run_flags_are_one_error_line_before_any_work(tmp_path, script, argv, words):
+    (tmp_path / 'afile').write_text('keep me')
+    proc = subprocess.run([sys.executable, os.path.join(REPO, 'scripts', script), *argv],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith('error: '), proc.stderr
+    assert words in lines[0]
+    assert sorted(os.listdir(tmp_path)) == ['afile'] and (tmp_path / 'afile').read_text() == 'keep me'

@@ -1,0 +1,64 @@
+"""Where a command may write: every output path checked, before any work, against the command's
+other paths. Standard library only (collect_submission's module uses it too).
+
+An output must be a path to a regular file (or to nothing yet) in a folder that exists and can be
+written, and must not be the same file as anything the command reads or writes besides it (a
+symlink, `./` or `..` spelling of an input is the input: paths are compared resolved and, where
+both exist, by device and inode). Each check returns the reason in words, or None.
+"""
+import os
+import tempfile
+
+
+def same_file(a, b):
+    """Whether paths a and b name the same file (both existing: same device and inode)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet)
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def folder_problem(folder):
+    """Why files cannot be written in `folder`, or None. Tried by writing one, as the outputs
+    are written (a temporary file renamed into place): os.access says yes to root on read-only
+    mounts."""
+    if not os.path.isdir(folder):
+        return f'{folder} {"is not a directory" if os.path.exists(folder) else "does not exist"}'
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix='.write-test-')
+        os.close(fd)
+        os.remove(probe)
+    except OSError as e:
+        return f'directory {folder} is not writable ({e.strerror})'
+    return None
+
+
+def output_problem(path, others=()):
+    """Why `path` cannot be written as an output, or None. `others`: (name, path) of everything
+    else the command reads or writes (None paths are skipped)."""
+    if path is None or path == '':
+        return 'is an empty path'
+    if path.endswith(('/', os.sep)) or os.path.basename(path) in ('.', '..'):
+        return 'names a folder, not a file'
+    if os.path.isdir(path):
+        return 'is a directory'
+    if os.path.lexists(path) and not os.path.isfile(path):
+        return 'exists and is not a regular file'
+    folder = folder_problem(os.path.dirname(os.path.abspath(path)))
+    if folder is not None:
+        return folder
+    for name, other in others:
+        if other is not None and other != '' and same_file(path, other):
+            return f'is the same file as {name} {other}'
+    return None
+
+
+def out_folder_problem(folder):
+    """Why `folder` cannot be (made into) a folder of outputs, or None: it must be a folder, or
+    not exist yet under a folder that can be written."""
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        return 'is not a directory'
+    existing = os.path.abspath(folder)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    return folder_problem(existing)

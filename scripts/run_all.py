@@ -118,14 +118,17 @@ def run_step(argv, out, log, run_flags):
     return time.time() - start, proc.stdout
 
 
+BUDGET_LINES = re.compile(r'time budget [\d.]+ min: (\d+) epochs'  # the plan
+                          r'|time budget: after epoch \d+ \([\d.]+ s per epoch\): (\d+) epochs'
+                          r'|time budget: the first epoch took [\d.]+ s: (\d+) epochs'  # (before 2026-11-24)
+                          r'|time budget: stopping after epoch (\d+)')
+
+
 def epochs_trained(stdout):
-    """The epochs a budgeted training step ran, from what run.py printed (its plan, the plan
-    made again after the first epoch, or where it stopped when the epochs ran slower than
-    planned); None without a time budget."""
-    found = (re.search(r'time budget: stopping after epoch (\d+)', stdout)
-             or re.search(r'time budget: the first epoch took [\d.]+ s: (\d+) epochs', stdout)
-             or re.search(r'time budget [\d.]+ min: (\d+) epochs', stdout))
-    return int(found.group(1)) if found else None
+    """The epochs a budgeted training step ran: the number run.py printed last (its plan, a
+    plan made again after an epoch, or where it stopped); None without a time budget."""
+    found = [next(g for g in m.groups() if g is not None) for m in BUDGET_LINES.finditer(stdout)]
+    return int(found[-1]) if found else None
 
 
 def dev_accuracy(out, name):

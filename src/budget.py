@@ -1,21 +1,26 @@
 """The time budget (run.py --time_budget, a preset's budget): train the epochs that end within a
-number of seconds on the machine the run is on, the learning-rate schedule compressed to them.
+number of seconds on the machine the run is on, the learning-rate schedule laid over them.
 
 Before the first epoch a few training steps are timed (and undone: Trainer.timed_steps), and the
 epochs that fit are kept, at most the max_epochs asked for; final_tokens is scaled like the epochs,
-so the cosine keeps its shape and reaches its floor at the last step. After the first epoch the
-plan is made again at the pace that epoch ran, and after every epoch the run stops early if
-another epoch would end past the budget. A budgeted run that fits every epoch is the unbudgeted run.
+so the cosine keeps its shape and reaches its floor at the last step. After every epoch the
+epochs left are fitted again to the time left, at the pace the epochs have run (a few timed
+steps can mislead, and a machine gets busier or idler), and when that changes the plan, the rest
+of the cosine is laid over the new number of epochs from where the schedule stands (the learning
+rate goes on smoothly, and the last step is at the floor). The run trains the number of epochs it
+printed last. A budgeted run that fits every epoch is the unbudgeted run.
 """
 import time
 
 import distributed
 from utils import UsageError
 
+MARGIN = 0.05  # of the budget, kept for epoch ends, saves, the evaluation after and noise
 
-def epochs_that_fit(seconds, epoch_seconds):
-    """Whole epochs of `epoch_seconds` within `seconds`, 5% kept for epoch ends, saves, noise."""
-    return int(0.95 * seconds // epoch_seconds)
+
+def epochs_that_fit(seconds, epoch_seconds, budget):
+    """Whole epochs of `epoch_seconds` within `seconds`, less the margin of a `budget`."""
+    return int((seconds - MARGIN * budget) // epoch_seconds)
 
 
 class TimeBudget:
@@ -31,14 +36,15 @@ class TimeBudget:
         self.start = config.start_time if config.start_time is not None else self.clock()
         if not config.resume:  # a resumed run continues the plan its checkpoint holds
             self.plan(trainer)
-        self.loop_start = self.clock()
+        self.epoch_start, self.epoch_times = self.clock(), []
+        self.tokens_start = trainer.tokens
 
     def on_epoch_end(self, trainer, epoch):
-        """Re-plan after the first epoch; True (stop) when another epoch would end past the budget."""
-        spent = self.clock() - self.loop_start
-        if epoch == 0 and not trainer.config.resume:
-            self.replan(trainer, spent)
-        return self.out_of_time(trainer, spent, epoch + 1 - trainer.start_epoch, epoch + 1)
+        """Fit the epochs left to the time left; True (stop) when not one more fits."""
+        now = self.clock()
+        self.epoch_times.append(now - self.epoch_start)
+        self.epoch_start = now
+        return self.replan(trainer, epoch + 1)
 
     def left(self, trainer):
         return trainer.config.time_budget - (self.clock() - self.start)
@@ -56,7 +62,7 @@ class TimeBudget:
         step = distributed.agree(step, trainer.device, 'max')  # every rank plans the slowest's epochs
         steps_per_epoch = trainer.steps_per_epoch
         epoch_seconds = step * steps_per_epoch
-        fit = epochs_that_fit(self.left(trainer), epoch_seconds)
+        fit = epochs_that_fit(self.left(trainer), epoch_seconds, config.time_budget)
         if fit < 1:
             too_small = (f'{config.time_budget / 60:g} min is too small for one epoch: an epoch '
                          f'takes about {epoch_seconds / 60:.2f} min here ({steps_per_epoch} steps '
@@ -66,7 +72,7 @@ class TimeBudget:
             if trainer.rank == 0:  # a preset's budget (or run_all's share) on a slow machine: still params
                 print(f'warning: the time budget of {too_small}; training one epoch', flush=True)
             fit = 1
-        self.asked = config.max_epochs, config.final_tokens  # what train_epochs scales
+        config.budget_asked = config.max_epochs, config.final_tokens  # what the plans scale
         epochs = min(fit, config.max_epochs)
         if trainer.rank == 0:
             print(f'time budget {config.time_budget / 60:g} min: {epochs} epochs of {steps_per_epoch} '
@@ -74,42 +80,45 @@ class TimeBudget:
                   f'{epochs * epoch_seconds / 60:.1f} min'
                   + ('' if epochs < config.max_epochs else f' (all {epochs}: the most asked for)'),
                   flush=True)
-        self.train_epochs(trainer, epochs)
+        asked, asked_final = config.budget_asked
+        config.final_tokens = asked_final * epochs / asked if epochs < asked else asked_final
+        config.max_epochs = epochs
 
-    def train_epochs(self, trainer, epochs):
-        """Train `epochs` of the max_epochs asked for, the learning-rate schedule laid over them
-        (final_tokens scaled by the same factor: the cosine keeps its shape, compressed)."""
-        asked, asked_final = self.asked
-        trainer.config.final_tokens = asked_final * epochs / asked if epochs < asked else asked_final
-        trainer.config.max_epochs = epochs
-
-    def replan(self, trainer, epoch_seconds):
-        """After the first epoch: the epochs that fit at the pace it ran, the schedule laid over
-        them from here on. The few steps plan() timed can mislead (their batches shorter or
-        longer than the average, none of the per-step logging or the epoch's end, a machine
-        busier or idler then than later); a whole epoch says more. The first epoch keeps the lr
-        of the first plan (near the top of the cosine either way)."""
+    def replan(self, trainer, done):
+        """After `done` epochs: the epochs that fit in the time left at the pace so far (the
+        slower of the last epoch and the mean), the rest of the schedule laid over them."""
         config = trainer.config
-        epochs = min(1 + max(epochs_that_fit(self.left(trainer), epoch_seconds), 0), self.asked[0])
+        if done >= config.max_epochs:
+            return False
+        pace = max(self.epoch_times[-1], sum(self.epoch_times) / len(self.epoch_times))
+        fit = max(epochs_that_fit(self.left(trainer), pace, config.time_budget), 0)
+        epochs = min(done + fit, config.budget_asked[0])
         epochs = int(distributed.agree(epochs, trainer.device, 'min'))  # the fewest any rank can
         if epochs == config.max_epochs:
-            return
-        if trainer.rank == 0:
-            print(f'\ntime budget: the first epoch took {epoch_seconds:.1f} s: {epochs} epochs '
-                  f'instead of {config.max_epochs} -> about {epochs * epoch_seconds / 60:.1f} min',
-                  flush=True)
-        self.train_epochs(trainer, epochs)
-        trainer.progress.set_total(trainer.steps_per_epoch * config.max_epochs)
-
-    def out_of_time(self, trainer, spent, epochs_done, epoch):
-        """Whether another epoch, at the pace so far, would end past the budget (the machine got
-        slower than planned). The run then ends early, its schedule unfinished."""
-        config = trainer.config
-        if epoch >= config.max_epochs:
             return False
-        late = self.clock() - self.start + spent / epochs_done > config.time_budget
-        late = bool(distributed.agree(late, trainer.device, 'sum'))
-        if late and trainer.rank == 0:
-            print(f'\ntime budget: stopping after epoch {epoch} of {config.max_epochs} (the epochs '
-                  'ran slower than measured)', flush=True)
-        return late
+        if epochs <= done:
+            if trainer.rank == 0:
+                print(f'\ntime budget: stopping after epoch {done} of {config.max_epochs} (the '
+                      'epochs ran slower than measured: no time for another)', flush=True)
+            config.max_epochs = done
+            return True
+        if trainer.rank == 0:
+            print(f'\ntime budget: after epoch {done} ({pace:.1f} s per epoch): {epochs} epochs '
+                  f'instead of {config.max_epochs} -> about '
+                  f'{(self.clock() - self.start + (epochs - done) * pace) / 60:.1f} min in all',
+                  flush=True)
+        self.relay(trainer, done, epochs)
+        config.max_epochs = epochs
+        trainer.progress.set_total(trainer.steps_per_epoch * epochs)
+        return False
+
+    def relay(self, trainer, done, epochs):
+        """The rest of the cosine, from where it stands now, laid over the epochs up to `epochs`:
+        it ends where the schedule asked for ends after all its epochs (at its floor)."""
+        config = trainer.config
+        per_epoch = (trainer.tokens - self.tokens_start) / (done - trainer.start_epoch)
+        t0 = max(trainer.tokens, config.warmup_tokens)
+        p0 = trainer.schedule_progress(t0)
+        asked, asked_final = config.budget_asked
+        p1 = (asked * per_epoch - config.warmup_tokens) / max(1, asked_final - config.warmup_tokens)
+        config.relaid = (t0, p0, t0 + (epochs - done) * per_epoch, max(p0, p1))

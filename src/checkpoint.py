@@ -89,7 +89,8 @@ class Resumable:
             'torch_rng': torch.get_rng_state(),
             'cuda_rng': torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
             'batch_size': config.batch_size, 'max_epochs': config.max_epochs,
-            'final_tokens': config.final_tokens,
+            'final_tokens': config.final_tokens, 'budget_asked': config.budget_asked,
+            'relaid': config.relaid,
         }
         atomic_write(config.resume_path, lambda tmp: torch.save(state, tmp))
 
@@ -108,6 +109,10 @@ class Resumable:
         if config.time_budget is not None and 'final_tokens' in state:
             # a budgeted run continues the plan it made, not a new one
             config.max_epochs, config.final_tokens = state['max_epochs'], state['final_tokens']
+            asked, relaid = state.get('budget_asked'), state.get('relaid')
+            config.budget_asked = tuple(asked) if asked is not None else (config.max_epochs,
+                                                                          config.final_tokens)
+            config.relaid = tuple(relaid) if relaid is not None else None
         trainer.tokens, trainer.step = state['tokens'], state['step']
         trainer.generator.set_state(state['generator'])
         random.setstate(state['python_random'])

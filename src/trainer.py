@@ -66,6 +66,8 @@ class TrainerConfig:
     start_time = None  # when the budget's clock started (time.time()); None: when train() starts
     budget_may_grow = False  # a budget too small for one epoch trains one (a preset's), not an error (a flag's)
     clock = None  # what the time budget and the measured steps read (time.time; tests drive their own)
+    budget_asked = None  # the time budget's record of the (max_epochs, final_tokens) asked for
+    relaid = None  # (t0, p0, t1, p1): a budget re-planned the epochs, see cosine_progress
 
     def __init__(self, **kwargs):
         for k, v in kwargs.items():
@@ -77,8 +79,18 @@ def lr_multiplier(tokens, config):
     10% at final_tokens. `tokens` counts every target position seen so far, padding included."""
     if tokens < config.warmup_tokens:
         return float(tokens) / float(max(1, config.warmup_tokens))
-    progress = float(tokens - config.warmup_tokens) / float(max(1, config.final_tokens - config.warmup_tokens))
+    progress = cosine_progress(tokens, config)
     return max(0.1, 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
+def cosine_progress(tokens, config):
+    """How far along the cosine `tokens` are: 0 at the end of the warmup, 1 at final_tokens.
+    Where a time budget re-planned the epochs mid-run (budget.py), the rest of the cosine is laid
+    over them: config.relaid = (t0, p0, t1, p1) takes progress p0 at t0 on to p1 at t1."""
+    if config.relaid is not None and tokens >= config.relaid[0]:
+        t0, p0, t1, p1 = config.relaid
+        return p0 + (min(tokens, t1) - t0) * (p1 - p0) / max(1.0, t1 - t0)
+    return float(tokens - config.warmup_tokens) / float(max(1, config.final_tokens - config.warmup_tokens))
 
 
 def optimizer_groups(model, weight_decay):
@@ -144,9 +156,8 @@ class Trainer:
             self.progress.start(self.steps_per_epoch * config.max_epochs, self.step, self.tokens)
 
             model.train()
-            for epoch in range(self.start_epoch, config.max_epochs):
-                if epoch >= config.max_epochs:  # a time budget's re-plan shortened the run
-                    break
+            epoch = self.start_epoch
+            while epoch < config.max_epochs:  # (a time budget may re-plan max_epochs as it goes)
                 self.epoch_start_state = self.generator.get_state()
                 batches = batch_indices(len(self.train_dataset), config.batch_size, self.generator)
                 skip = self.start_it if epoch == self.start_epoch else 0
@@ -169,8 +180,9 @@ class Trainer:
                     self.evaluate_loss(self.test_dataset, autocast)
                     model.train()
                 self.save_checkpoint()
-                if self.call('on_epoch_end', epoch):  # periodic checkpoint; budget re-plan or stop
+                if self.call('on_epoch_end', epoch):  # budget re-plan or stop; periodic checkpoint
                     break
+                epoch += 1
         finally:
             self.progress.close(self.tokens)
             self.call('on_train_end')
@@ -226,6 +238,9 @@ class Trainer:
                 _, loss = self.model(x.to(self.device), y.to(self.device))
             losses.append(float(loss))
         print("test loss: %f" % (sum(losses) / max(1, len(losses))))
+
+    def schedule_progress(self, tokens):
+        return cosine_progress(tokens, self.config)
 
     def timed_steps(self, precision, warm, timed, ahead=False, stop=None):
         """For the extras that measure this machine (cpu_paths, budget): seconds of each of

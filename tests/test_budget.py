@@ -52,13 +52,16 @@ def test_a_budget_that_fits_every_epoch_changes_nothing(name_data, capsys):
 
 
 def slow_steps(monkeypatch, seconds):
-    """Every training step takes `seconds` on a stand-in clock (a slow machine, not a busy one):
-    returns the clock, for the runs' TrainerConfig(clock=...)."""
+    """Every training step takes `seconds` on a stand-in clock (a slow machine, not a busy one;
+    a function of the number of steps taken so far for a machine whose pace changes): returns the
+    clock, for the runs' TrainerConfig(clock=...)."""
     clock = FakeClock()
     real_step = trainer.Trainer._step
+    taken = []
 
     def slow_step(self, *args):
-        clock.now += seconds
+        clock.now += seconds(len(taken)) if callable(seconds) else seconds
+        taken.append(1)
         return real_step(self, *args)
     monkeypatch.setattr(trainer.Trainer, '_step', slow_step)
     return clock
@@ -114,8 +117,10 @@ def test_the_first_epoch_corrects_a_misleading_measurement(name_data, monkeypatc
     # the first epoch took 0.3 s: 1 + int(0.95 * 3.7 / 0.3) = 12 epochs, 3.6 s
     assert f': {epochs} epochs instead of 50' in out and epochs == 12, out
     assert 'stopping after epoch' not in out
-    assert t.config.final_tokens == pytest.approx(50 * 20 * 127 * epochs / 50)
+    # the rest of the cosine laid over the 12 epochs from where it stood after the first
+    assert t.config.relaid is not None and t.config.relaid[0] == 20 * 127  # one epoch's tokens
     assert len(lrs) == 3 * epochs and lrs[-1] == pytest.approx(1e-4)
+    assert all(b <= a + 1e-12 for a, b in zip(lrs[1:], lrs[2:]))  # no jump up after the warmup
     assert took == pytest.approx(12 * 0.3) and took < 4
 
 
@@ -136,3 +141,31 @@ def test_the_checkpoint_after_a_re_plan_holds_the_new_plan(name_data, monkeypatc
                            resume_path=str(tmp_path / 'run.ckpt'), checkpoint_every=1)
     assert t.config.max_epochs == 12 and len(saved) == 11  # after every epoch but the last
     assert set(saved) == {(12, t.config.final_tokens)}
+
+
+def last_printed_epochs(out):
+    return int(re.findall(r'(?:time budget [\d.]+ min: |: )(\d+) epochs', out)[-1])
+
+
+@pytest.mark.parametrize('pace', ['slower', 'faster'])
+def test_a_pace_that_changes_mid_run_is_fitted_again_and_the_schedule_finishes(
+        name_data, monkeypatch, capsys, pace):
+    """The steps take 50 ms, then from the 4th epoch on 100 ms (a machine that got busy), or
+    the reverse (one that got idle), in a 3 s budget of at most 50 epochs: after each epoch the
+    epochs left are fitted to the time left; the run trains the number it printed last, ends
+    inside the budget with little of it unused, and its learning rate goes down smoothly to the
+    floor at the last step."""
+    first, then = (0.05, 0.1) if pace == 'slower' else (0.1, 0.05)
+    clock = slow_steps(monkeypatch, lambda n: first if n < 5 + 9 else then)  # 5 timing steps
+    start = clock()
+    t, _, lrs = budgeted_run(name_data, 3, max_epochs=50, start_time=start, clock=clock)
+    took = clock() - start
+    out = capsys.readouterr().out
+    planned = int(re.search(r'time budget 0.05 min: (\d+) epochs', out).group(1))
+    epochs = t.config.max_epochs
+    assert (epochs < planned) if pace == 'slower' else (epochs > planned), out
+    assert len(lrs) == 3 * epochs and last_printed_epochs(out) == epochs, out
+    assert 'stopping after epoch' not in out
+    assert 0.85 * 3 <= took <= 3, (took, out)
+    assert lrs[-1] == pytest.approx(1e-4)  # the floor, at the last step
+    assert all(b <= a + 1e-12 for a, b in zip(lrs[1:], lrs[2:]))  # after the warmup's step

@@ -28,10 +28,7 @@ def check_outputs(writes, reads):
 def check_log_folder(folder):
     """The tensorboard folder (made at the first step): the first part of it that exists must be
     a folder that can be written, or the run would fail after its first step."""
-    existing = folder
-    while existing and not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    problem = paths.folder_problem(os.path.abspath(existing or '.'))
+    problem = paths.out_folder_problem(folder)
     if problem is not None:
         raise UsageError(f'the tensorboard log folder {folder}: {problem} (run from a folder you '
                          'can write to)')

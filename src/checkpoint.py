@@ -97,7 +97,9 @@ class Resumable:
     def load(self, trainer):
         config, path = trainer.config, trainer.config.resume_path
         try:
-            state = torch.load(path, map_location=trainer.device, weights_only=True)
+            # onto the CPU: the random states must stay CPU byte tensors (set_rng_state takes no
+            # other); the model and the optimizer copy their tensors to the device themselves
+            state = torch.load(path, map_location='cpu', weights_only=True)
             trainer.model.load_state_dict(state['model'])
         except Exception as e:
             raise UsageError(f'--resume: cannot read the checkpoint {path} '

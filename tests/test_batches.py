@@ -92,3 +92,35 @@ def test_trim_padding_multiple():
     assert batches.trim_padding(x, y)[0].shape == (2, 1)
     # the trimmed tensors are contiguous (they are viewed by the loss)
     assert batches.trim_padding(*batch([10, 20]))[1].is_contiguous()
+
+
+def test_a_checkpoint_resumes_for_a_model_on_another_device(tmp_path, monkeypatch):
+    """--resume on a GPU: the checkpoint's random states must reach torch.set_rng_state as CPU
+    byte tensors, whatever device the model trains on. Reached here without a GPU: torch.load
+    is made to honour a map_location as a GPU would (tensors there, here on 'meta'), so reading
+    the checkpoint straight onto the training device fails as it does on CUDA."""
+    import checkpoint
+    ckpt = tmp_path / 'pt.params.ckpt'
+    _, losses, want = run(0, max_epochs=3, resume_path=str(ckpt), checkpoint_every=1)
+    real_load = torch.load
+
+    def load_like_a_gpu(path, map_location=None, **kw):
+        state = real_load(path, map_location='cpu', **kw)
+        if str(map_location) == 'cpu':
+            return state
+        return torch.utils._pytree.tree_map(  # every tensor on the asked device, the RNG's too
+            lambda t: t.to('meta') if torch.is_tensor(t) else t, state)
+    monkeypatch.setattr(checkpoint.torch, 'load', load_like_a_gpu)
+    real_loader = checkpoint.Resumable.load
+
+    def load_for_another_device(self, trainer):
+        device = trainer.device
+        trainer.device = torch.device('meta')  # what the old code passed as map_location
+        try:
+            return real_loader(self, trainer)
+        finally:
+            trainer.device = device
+    monkeypatch.setattr(checkpoint.Resumable, 'load', load_for_another_device)
+    _, resumed_losses, got = run(0, max_epochs=3, resume_path=str(ckpt), resume=True)
+    assert resumed_losses == losses[-5:]
+    assert all(torch.equal(got[k], want[k]) for k in want)

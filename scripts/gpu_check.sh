@@ -33,10 +33,10 @@ while [ $# -gt 0 ]; do
     *) echo "error: unknown option $1 (use --minutes N, --out DIR)" >&2; exit 2 ;;
   esac
 done
-case "$minutes" in
-  ''|*[!0-9.]*) echo "error: --minutes must be a number of minutes, not '$minutes'" >&2; exit 2 ;;
+case "$minutes" in  # whole minutes: bash's arithmetic below has no fractions
+  ''|*[!0-9]*|0|00*) echo "error: --minutes must be a number of whole minutes (1 or more), not '$minutes'" >&2; exit 2 ;;
 esac
-deadline=$(( $(date +%s) + ${minutes%.*} * 60 ))
+deadline=$(( $(date +%s) + 10#$minutes * 60 ))
 left() { echo $(( deadline - $(date +%s) )); }
 
 has_cuda() { "$1" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; }

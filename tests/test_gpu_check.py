@@ -27,6 +27,9 @@ def test_without_a_gpu_it_says_so_and_exits_2(tmp_path):
 
 
 @pytest.mark.parametrize('args,words', [(['--minutes', 'soon'], '--minutes must be a number'),
+                                        (['--minutes', '.5'], "whole minutes (1 or more), not '.5'"),
+                                        (['--minutes', '1.2.3'], "not '1.2.3'"),
+                                        (['--minutes', '0'], "not '0'"),
                                         (['--fast'], 'unknown option --fast')])
 def test_bad_options_are_one_error_line(args, words):
     proc = gpu_check(*args)

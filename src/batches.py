@@ -7,6 +7,7 @@ random draws (CharCorruptionDataset draws its corruptions from Python's `random`
 processes, when asked for, live for the whole run, not one epoch.
 """
 import random
+import signal
 
 import torch
 from torch.utils.data import DataLoader, Sampler
@@ -62,6 +63,7 @@ class Batches:
                                      sampler=_Refillable(self.epoch_batches),
                                      num_workers=workers, pin_memory=pin_memory,
                                      persistent_workers=True, prefetch_factor=4,
+                                     worker_init_fn=_leave_stop_signals_to_the_run,
                                      generator=torch.Generator().manual_seed(0))
 
     @property
@@ -74,6 +76,14 @@ class Batches:
             return (collate(self.dataset, *batch) for batch in batches)
         self.epoch_batches[:] = batches
         return iter(self.loader)
+
+
+def _leave_stop_signals_to_the_run(worker_id):
+    """A worker ignores Ctrl-C and SIGTERM: sent to the whole process group (a terminal's Ctrl-C,
+    GNU timeout, torchrun), they would end the workers first, and the loader's error about them
+    would end the run before it wrote its resumable checkpoint. The workers end with the run."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 class _BatchDataset:

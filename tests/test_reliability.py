@@ -660,6 +660,30 @@ def test_sigterm_then_resume_matches_the_uninterrupted_run(tmp_path):
     assert_same_params(ref / 'pt.params', d / 'pt.params')
 
 
+def test_a_sigterm_to_the_whole_process_group_with_workers_still_writes_the_checkpoint(tmp_path):
+    """GNU timeout and torchrun signal the whole process group, DataLoader workers included
+    (the GPU default is 4 workers): the run still writes its checkpoint and exits 130, and
+    --resume finishes it."""
+    write_inputs(tmp_path)
+    argv = PRETRAIN + ['--num_workers', '2', '--max_epochs', '3']
+    err = open(tmp_path / 'stderr.log', 'w', encoding='utf-8')
+    proc = subprocess.Popen(cmd(argv), cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL,
+                            stderr=err, start_new_session=True)  # its own group, as under timeout
+    err.close()
+    assert wait_until(proc, lambda: 'epoch 1 iter' in read_log(tmp_path)), read_log(tmp_path)
+    os.killpg(proc.pid, signal.SIGTERM)
+    code = proc.wait(timeout=120)
+    log = read_log(tmp_path)
+    if code == 0:
+        pytest.skip('the run ended before the signal reached it')
+    assert code == 130, log[-2000:]
+    last = [line for line in log.splitlines() if line.strip()][-1]
+    assert last.startswith('interrupted: checkpoint written to') and 'Traceback' not in log, log[-2000:]
+    assert (tmp_path / 'pt.params.ckpt').exists()
+    run_ok(argv + ['--resume'], tmp_path)
+    assert (tmp_path / 'pt.params').exists() and not (tmp_path / 'pt.params.ckpt').exists()
+
+
 def test_kill_after_epoch_checkpoint_then_resume(tmp_path):
     """SIGKILL (a lost machine: no handler runs) after a --checkpoint_every checkpoint; the run
     resumes from that epoch boundary to the uninterrupted run's params. Finetuning, on a TSV with

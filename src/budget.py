@@ -37,7 +37,6 @@ class TimeBudget:
         if not config.resume:  # a resumed run continues the plan its checkpoint holds
             self.plan(trainer)
         self.epoch_start, self.epoch_times = self.clock(), []
-        self.tokens_start = trainer.tokens
 
     def on_epoch_end(self, trainer, epoch):
         """Fit the epochs left to the time left; True (stop) when not one more fits."""
@@ -116,7 +115,8 @@ class TimeBudget:
         """The rest of the cosine, from where it stands now, laid over the epochs up to `epochs`:
         it ends where the schedule asked for ends after all its epochs (at its floor)."""
         config = trainer.config
-        per_epoch = (trainer.tokens - self.tokens_start) / (done - trainer.start_epoch)
+        # (the tokens the loop started from: a resumed run's, loaded after this extra's start)
+        per_epoch = (trainer.tokens - trainer.progress.start_tokens) / (done - trainer.start_epoch)
         t0 = max(trainer.tokens, config.warmup_tokens)
         p0 = trainer.schedule_progress(t0)
         asked, asked_final = config.budget_asked

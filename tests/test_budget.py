@@ -169,3 +169,37 @@ def test_a_pace_that_changes_mid_run_is_fitted_again_and_the_schedule_finishes(
     assert 0.85 * 3 <= took <= 3, (took, out)
     assert lrs[-1] == pytest.approx(1e-4)  # the floor, at the last step
     assert all(b <= a + 1e-12 for a, b in zip(lrs[1:], lrs[2:]))  # after the warmup's step
+
+
+def test_a_resumed_budgeted_run_lays_its_schedule_over_the_epochs_it_trains(
+        name_data, monkeypatch, tmp_path, capsys):
+    """Interrupted after epoch 3 of a budgeted run and resumed on a faster machine: the plan
+    made again after the first resumed epoch counts the tokens of the epochs it trained (not
+    of the whole run), so the learning rate still ends at the floor at the last step."""
+    import shutil
+    import checkpoint
+    pace = [0.1]  # seconds per step: 0.05 once resumed
+    clock = slow_steps(monkeypatch, lambda n: pace[0])
+    monkeypatch.setattr(trainer.Trainer, 'timed_steps', lambda self, *a, **k: [0.001] * 3)
+    ckpt, kept = tmp_path / 'run.ckpt', tmp_path / 'after-epoch-3.ckpt'
+    real_save = checkpoint.Resumable.save
+
+    def save(self, t, epoch, *args):
+        real_save(self, t, epoch, *args)
+        if epoch == 3:
+            shutil.copyfile(ckpt, kept)
+    monkeypatch.setattr(checkpoint.Resumable, 'save', save)
+    start = clock()
+    budgeted_run(name_data, 4, max_epochs=50, start_time=start, clock=clock,
+                 resume_path=str(ckpt), checkpoint_every=1)
+    assert torch.load(kept, weights_only=True)['max_epochs'] == 12
+    shutil.copyfile(kept, ckpt)
+    capsys.readouterr()
+    clock.now = start + 0.3 * 3 + 0.01  # the resumed run starts where the 3 epochs ended
+    pace[0] = 0.05
+    t, _, lrs = budgeted_run(name_data, 4, max_epochs=50, start_time=start, clock=clock,
+                             resume_path=str(ckpt), resume=True)
+    out = capsys.readouterr().out
+    assert 'time budget: after epoch 4' in out and t.config.max_epochs > 12, out
+    assert len(lrs) == 3 * (t.config.max_epochs - 3)
+    assert lrs[-1] == pytest.approx(1e-4)

@@ -23,13 +23,12 @@ class StopRequest:
     """Turns the first SIGINT/SIGTERM into a flag the loop checks after each step (so the
     checkpoint is written between steps); a second Ctrl-C stops at once."""
 
-    def __init__(self, enabled=True):
+    def __init__(self):
         self.requested = False
         self.previous = {}
-        self.enabled = enabled  # without a checkpoint to write, signals keep their usual effect
 
     def __enter__(self):
-        if self.enabled and threading.current_thread() is threading.main_thread():
+        if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 self.previous[sig] = signal.signal(sig, self._handle)
         return self

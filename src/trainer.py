@@ -118,7 +118,6 @@ class Trainer:
         self.step = 0
         self.distributed = distributed.active()
         self.rank = distributed.rank()
-        self.world = distributed.world()
         self.clock = config.clock or time.time
         # the extras, in the order they act at each point: the precision is chosen before the
         # budget times steps, and an epoch's re-plan comes before the checkpoint that saves it

@@ -37,6 +37,9 @@ EDITIONS = {v: [f'{v}.finetune.params', f'{v}.pretrain.dev.predictions',
 HANDOUT = {'synthesizer': '2021-22', 'perceiver': '2022-23', 'rope': '2024-25'}
 ZIP_NAME = {'synthesizer': 'assignment5_submission.zip', 'perceiver': 'assignment5_submission.zip',
             'rope': 'assignment4_submission.zip'}
+# the starter code's files, which every edition's src/ holds (the grader checks they are there)
+HANDOUT_SRC = [f'src/{name}.py' for name in
+               ('attention', 'dataset', 'london_baseline', 'model', 'run', 'trainer', 'utils')]
 EXTRA = {'rope': ['london_baseline_accuracy.txt']}  # zipped too, beyond the variant's files
 ZIPS_DATA = {'synthesizer': True, 'perceiver': True, 'rope': False}
 # The zipped src/edition.txt says the zip's edition (presets.EDITIONS' names), whatever the

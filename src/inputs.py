@@ -142,31 +142,52 @@ def describe_params(state):
     return 'a vanilla model'
 
 
-def load_params(gpt, path, wanted, device):
-    """Load a params file into gpt (`wanted`: the model asked for, in words, for the error).
-    weights_only: a params file is data, never code to run; map_location: params trained on a
-    GPU load on a machine without one."""
+class ParamsProblem(Exception):
+    """What is wrong with a params file, in words that follow its path."""
+
+
+def read_state(path, device='cpu'):
+    """The state_dict in the params file at `path`, or a ParamsProblem saying why there is none.
+    weights_only: a params file is data, never code to run (a pickle that would run code is
+    refused); map_location: params trained on a GPU load on a machine without one."""
     if os.path.isdir(path):
-        raise UsageError(f'--reading_params_path {path} is a directory, not a params file')
+        raise ParamsProblem('is a directory, not a params file')
     if not os.path.isfile(path):
-        raise UsageError(f'--reading_params_path {path}: file not found')
+        raise ParamsProblem('file not found')
     try:
         state = torch.load(path, map_location=device, weights_only=True)
     except Exception as e:  # not a torch file, truncated, or not a plain state_dict
-        raise UsageError(f'--reading_params_path {path}: not a readable params file '
-                         f'({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ""})')
+        raise ParamsProblem(f'not a readable params file ({type(e).__name__}: '
+                            f'{str(e).splitlines()[0][:120] if str(e) else ""})')
     if isinstance(state, dict) and {'model', 'optimizer', 'epoch'} <= set(state):
-        raise UsageError(f'--reading_params_path {path} is a --resume checkpoint, not a params '
-                         'file: continue that run with --resume, or read its finished params')
+        raise ParamsProblem('is a --resume checkpoint, not a params file: continue that run with '
+                            '--resume, or read its finished params')
     if not isinstance(state, dict) or not all(torch.is_tensor(v) for v in state.values()):
-        raise UsageError(f'--reading_params_path {path}: not a state_dict of tensors')
+        raise ParamsProblem('not a state_dict of tensors')
+    return state
+
+
+def params_mismatch(gpt, state, wanted):
+    """Why `state` does not load strictly into gpt (`wanted`: that model, in words), or None."""
     expected = gpt.state_dict()
-    mismatch = set(state) != set(expected) or any(
-        tuple(state[k].shape) != tuple(v.shape) for k, v in expected.items())
-    if mismatch:
-        found = describe_params(state)
-        if found == wanted:  # same variant, other sizes (vocabulary, block size, widths)
-            found += (' of other sizes (its keys or shapes differ: another corpus, or trained '
-                      'with another --preset?)')
-        raise UsageError(f'--reading_params_path {path}: params are {found}, you asked for {wanted}')
+    if set(state) == set(expected) and all(
+            tuple(state[k].shape) == tuple(v.shape) for k, v in expected.items()):
+        return None
+    found = describe_params(state)
+    if found == wanted:  # same variant, other sizes (vocabulary, block size, widths)
+        found += (' of other sizes (its keys or shapes differ: another corpus, or trained '
+                  'with another --preset?)')
+    return f'params are {found}, you asked for {wanted}'
+
+
+def load_params(gpt, path, wanted, device):
+    """Load a params file into gpt (`wanted`: the model asked for, in words, for the error)."""
+    try:
+        state = read_state(path, device)
+        problem = params_mismatch(gpt, state, wanted)
+    except ParamsProblem as e:
+        problem = str(e)
+    if problem is not None:
+        sep = ' ' if problem.startswith('is ') else ': '
+        raise UsageError(f'--reading_params_path {path}{sep}{problem}')
     gpt.load_state_dict(state)

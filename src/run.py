@@ -218,14 +218,14 @@ def train(gpt, data, args, stage, pretrain_len, lr, device, writer, path):
                 os.remove(tconf.resume_path)
 
 
-def evaluate(gpt, args, corpus, prompts, vocab, device):
-    """Greedy answers to inputs.read_questions' prompts, written to --outputs_path (one per line)."""
+def predict(gpt, prompts, vocab, device, precision='fp32', batch_size=256):
+    """The handout's greedy answers to inputs.read_questions' prompts, batched: one string per
+    prompt ('' for a blank line)."""
     gpt.eval()
-    precision = devices.pick_precision(args.precision, device, training=False)
     mask_id = vocab.stoi[dataset.MASK_CHAR]
     questions = [p for p in prompts if p is not None]
     completions = iter(greedy_complete(gpt, questions, 32, stop_id=mask_id, stop_count=2,
-                                       batch_size=args.eval_batch_size, device=device,
+                                       batch_size=batch_size, device=device,
                                        autocast=devices.autocast(device, precision)))
     predictions = []
     for prompt in prompts:
@@ -234,6 +234,13 @@ def evaluate(gpt, args, corpus, prompts, vocab, device):
             continue
         completion = ''.join([vocab.itos[int(i)] for i in next(completions)])
         predictions.append(completion.split(dataset.MASK_CHAR)[1])
+    return predictions
+
+
+def evaluate(gpt, args, corpus, prompts, vocab, device):
+    """Greedy answers to inputs.read_questions' prompts, written to --outputs_path (one per line)."""
+    precision = devices.pick_precision(args.precision, device, training=False)
+    predictions = predict(gpt, prompts, vocab, device, precision, args.eval_batch_size)
 
     def write(tmp):
         with open(tmp, 'w', encoding='utf-8') as fout:

@@ -1,0 +1,457 @@
+"""Grade submissions of the assignment, as course staff would (or a student before uploading).
+
+    python scripts/grade.py SUBMISSION [SUBMISSION ...] [--edition synthesizer|perceiver|rope]
+        [--test_answers FILE] [--json FILE] [--out DIR] [--data_dir DIR]
+
+A SUBMISSION is a zip (collect_submission.sh's), an unzipped folder, or a folder of zips. Per
+submission:
+  layout        the files its edition's handout lists (scripts/submission.py), none missing or
+                empty; extra files named;
+  predictions   one line per question; dev accuracy against birth_dev.tsv, test accuracy with
+                --test_answers; the handout's thresholds, pass or fail;
+  params        each params file loads strictly (weights_only) into the reference model of its
+                variant, or one reason;
+  reproduction  the predictions regenerated from the submitted params by run.py's evaluation,
+                compared line by line with the submitted file;
+  dataset       the submission's CharCorruptionDataset and NameDataset checked against the spec
+                in a sandboxed child process (spec_check.py), on a corpus made up for the purpose.
+A submission is a stranger's file: one that cannot be opened safely (unpack.py) is a row with its
+reason, and grading goes on. Nothing is written outside the grader's temporary folder, --json and
+--out. Exit status: 0 every submission graded (whatever its grades), 1 the grader failed on
+one, 2 bad usage.
+"""
+import contextlib
+import csv
+import io
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(REPO, 'src'))
+
+import torch  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+import datafiles  # noqa: E402
+import devices  # noqa: E402
+import inputs  # noqa: E402
+import paths  # noqa: E402
+import run  # noqa: E402
+import spec_check  # noqa: E402
+import submission  # noqa: E402
+import unpack  # noqa: E402
+import utils  # noqa: E402
+from utils import UsageError  # noqa: E402
+
+# (threshold name, predictions file, split, percent) per edition: the handouts' grading lines
+THRESHOLDS = {
+    'synthesizer': [('vanilla.pretrain.dev >= 10%', 'vanilla.pretrain.dev.predictions', 10),
+                    ('synthesizer.pretrain.test >= 5%', 'synthesizer.pretrain.test.predictions', 5)],
+    'perceiver': [('vanilla.pretrain.dev >= 10%', 'vanilla.pretrain.dev.predictions', 10),
+                  ('perceiver.pretrain.dev >= 6%', 'perceiver.pretrain.dev.predictions', 6),
+                  ('perceiver.pretrain.test >= 5%', 'perceiver.pretrain.test.predictions', 5)],
+    'rope': [('vanilla.pretrain.dev >= 15%', 'vanilla.pretrain.dev.predictions', 15),
+             ('rope.pretrain.test >= 30%', 'rope.pretrain.test.predictions', 30)],
+}
+HANDOUT_BOTTLENECK = 64  # the perceiver handout's commands pass --bottleneck_dim 64
+PREDICTIONS_CAP = 1 << 20  # bytes; 500 predictions take a few kB
+SHOWN_DIFFERENCES = 3
+
+
+def predictions_of(params_name):
+    """The predictions files a params file produced: vanilla.model.params -> the
+    vanilla.nopretrain ones, X.finetune.params -> the X.pretrain ones."""
+    variant, kind, _ = params_name.split('.')
+    stem = f'{variant}.nopretrain' if kind == 'model' else f'{variant}.pretrain'
+    return [f'{stem}.{split}.predictions' for split in ('dev', 'test')]
+
+
+class Grader:
+    """What every submission is graded against: the data, the questions, the reference models."""
+
+    def __init__(self, args):
+        self.args = args
+        self.data = {name: _data_file(args.data_dir, name)
+                     for name in ('wiki.txt', 'birth_dev.tsv', 'birth_test_inputs.tsv')}
+        with contextlib.redirect_stdout(io.StringIO()):  # its "data has ..." line
+            self.vocab = inputs.read_corpus(self.data['wiki.txt'])
+        self.questions = {'dev': self.data['birth_dev.tsv'], 'test': self.data['birth_test_inputs.tsv']}
+        self.gold = {'dev': self.data['birth_dev.tsv'], 'test': args.test_answers}
+        self.prompts = {split: inputs.read_questions(path, self.vocab.stoi, strict=False)
+                        for split, path in self.questions.items()}
+        if args.test_answers is not None:
+            answers = inputs.read_gold_lines(args.test_answers, '--test_answers')
+            if len(answers) != len(self.prompts['test']) or any(a is not None and a[1] is None
+                                                               for a in answers):
+                raise UsageError(f'--test_answers {args.test_answers}: expected '
+                                 f'{len(self.prompts["test"])} lines "question<TAB>place", one per '
+                                 f'line of {self.questions["test"]}; found {len(answers)}')
+        self.device = devices.pick_device(args.device)
+        self.requests = {}
+
+    def model(self, variant, bottleneck_dim=HANDOUT_BOTTLENECK):
+        """The model `python src/run.py evaluate VARIANT wiki.txt --bottleneck_dim 64` builds."""
+        cmd = run.parse_args(['evaluate', variant, self.data['wiki.txt'],
+                              '--bottleneck_dim', str(bottleneck_dim)])
+        with contextlib.redirect_stdout(io.StringIO()):  # its "number of parameters" line
+            gpt = run.build_model(cmd, self.vocab.vocab_size, self.vocab.block_size, self.device)
+        return gpt, run.describe_model(cmd)
+
+    def request(self, edition):
+        if edition not in self.requests:
+            a = self.args
+            self.requests[edition] = spec_check.request_for(
+                edition, seed=a.seed, draws=a.draws, cpu_seconds=a.dataset_cpu_seconds,
+                memory_mb=a.dataset_memory_mb)
+        return self.requests[edition]
+
+    def grade(self, path, work):
+        """The result of one submission (see README: its keys are --json's)."""
+        r = dict(submission=path, edition=None, handout=None, layout_ok=False, errors=[],
+                 extra_files=[], accuracy={}, thresholds={}, params={}, reproduced={},
+                 differences={}, dataset={}, dataset_details={})
+        try:
+            folder = unpack.unpack(path, os.path.join(work, 'files'))
+        except unpack.Refused as e:
+            r['errors'].append(f'refused: {e}')
+            return r
+        edition = self.edition_of(folder, r)
+        if edition is None:
+            return r
+        r['edition'], r['handout'] = edition, submission.HANDOUT[edition]
+        self.check_layout(folder, edition, r)
+        valid = self.check_predictions(folder, edition, r)
+        self.check_params(folder, edition, valid, r)
+        self.check_dataset(folder, edition, work, r)
+        return r
+
+    def edition_of(self, folder, r):
+        try:
+            found = submission.detect_edition(folder)
+        except submission.SubmissionError as e:
+            found = None
+            if self.args.edition is None:
+                r['errors'].append(str(e).replace(folder, 'the submission'))
+                return None
+        edition = self.args.edition or found
+        if found is not None and found != edition:
+            r['errors'].append(f'its files are those of the {found} edition '
+                               f'({submission.HANDOUT[found]}), graded as {edition} '
+                               f'({submission.HANDOUT[edition]})')
+        stamp = submission.checkout_setting(folder)
+        if stamp is not None and stamp != submission.EDITION_SETTING[edition]:
+            r['errors'].append(f'its {submission.EDITION_FILE} says {stamp[:20]!r}; the '
+                               f'{edition} edition is {submission.EDITION_SETTING[edition]}')
+        return edition
+
+    def check_layout(self, folder, edition, r):
+        wanted = submission.required_files(edition) + submission.HANDOUT_SRC
+        if submission.ZIPS_DATA[edition]:
+            wanted += submission.DATA_FILES
+        problems = []
+        for name in wanted:
+            path = os.path.join(folder, name)
+            if not os.path.isfile(path):
+                problems.append(f'{name}: missing')
+            elif os.path.getsize(path) == 0:
+                problems.append(f'{name}: empty')
+        present = sorted(os.path.relpath(os.path.join(root, f), folder).replace(os.sep, '/')
+                         for root, _, files in os.walk(folder) for f in files)
+        r['extra_files'] = [f for f in present if f not in wanted and not f.startswith('src/')]
+        r['errors'] += problems
+        r['layout_ok'] = not problems
+
+    def check_predictions(self, folder, edition, r):
+        """Accuracy and thresholds; returns {file name: its lines} of the files with one line
+        per question."""
+        valid = {}
+        for name in submission.required_files(edition):
+            if not name.endswith('.predictions'):
+                continue
+            split = name.split('.')[-2]
+            path = os.path.join(folder, name)
+            if not os.path.isfile(path) or os.path.getsize(path) == 0:
+                continue  # named by the layout
+            want = len(self.prompts[split])
+            size = os.path.getsize(path)
+            if size > PREDICTIONS_CAP:
+                r['errors'].append(f'{name}: {size:,} bytes, far more than {want} predictions '
+                                   'take; not read')
+                continue
+            with open(path, 'rb') as f:
+                raw = f.read().splitlines()
+            try:
+                lines = [line.decode('utf-8') for line in raw]
+            except UnicodeDecodeError:
+                r['errors'].append(f'{name}: not UTF-8 text')
+                continue
+            if len(lines) != want:
+                r['errors'].append(f'{name}: {len(lines):,} lines, expected {want} (one per line '
+                                   f'of {os.path.basename(self.questions[split])})')
+                continue
+            valid[name] = lines
+            gold = self.gold[split]
+            if gold is not None:
+                with contextlib.redirect_stdout(io.StringIO()):
+                    total, correct = utils.evaluate_places(gold, lines)
+                if total:
+                    r['accuracy'][name] = round(100 * correct / total, 2)
+        for label, name, percent in THRESHOLDS[edition]:
+            split = name.split('.')[-2]
+            if self.gold[split] is None:
+                r['thresholds'][label] = None  # no answers to judge by
+            else:
+                r['thresholds'][label] = r['accuracy'].get(name, -1) >= percent
+        return valid
+
+    def check_params(self, folder, edition, valid, r):
+        for name in submission.required_files(edition):
+            if not name.endswith('.params'):
+                continue
+            path = os.path.join(folder, name)
+            if not os.path.isfile(path) or os.path.getsize(path) == 0:
+                continue  # named by the layout
+            variant = name.split('.')[0]
+            gpt, wanted = self.model(variant)
+            try:
+                state = inputs.read_state(path, 'cpu')
+                problem = inputs.params_mismatch(gpt, state, wanted)
+            except inputs.ParamsProblem as e:
+                r['params'][name] = str(e)
+                r['errors'].append(f'{name}: {e}')
+                continue
+            r['params'][name] = 'ok' if problem is None else problem
+            if problem is not None:
+                r['errors'].append(f'{name}: {problem}')
+                gpt = self.other_bottleneck(variant, state)
+                if gpt is None:
+                    continue
+            gpt.load_state_dict(state)
+            for pred in predictions_of(name):
+                if pred in valid:
+                    self.reproduce(gpt, pred, valid[pred], r)
+
+    def other_bottleneck(self, variant, state):
+        """A perceiver model of the bottleneck the params were trained with, when they are a
+        perceiver's of another bottleneck than the handout's (still reproducible); else None."""
+        c = state.get('down_block.C')
+        if variant != 'perceiver' or c is None or c.dim() != 3 or not 0 < c.shape[1] <= 128:
+            return None
+        gpt, wanted = self.model(variant, int(c.shape[1]))
+        return gpt if inputs.params_mismatch(gpt, state, wanted) is None else None
+
+    def reproduce(self, gpt, name, submitted, r):
+        split = name.split('.')[-2]
+        ours = run.predict(gpt, self.prompts[split], self.vocab, self.device, 'fp32')
+        differ = [i for i, (a, b) in enumerate(zip(submitted, ours)) if a != b]
+        r['reproduced'][name] = round(1 - len(differ) / len(ours), 4)
+        if differ:
+            r['differences'][name] = [
+                f'line {i + 1}: submitted {submitted[i][:40]!r}, regenerated {ours[i][:40]!r}'
+                for i in differ[:SHOWN_DIFFERENCES]]
+
+    def check_dataset(self, folder, edition, work, r):
+        src = os.path.join(folder, 'src')
+        setting = submission.EDITION_SETTING[edition]
+        if not os.path.isfile(os.path.join(src, 'dataset.py')):
+            results = {p: (False, 'no src/dataset.py') for p in spec_check.PROPERTIES}
+        else:
+            request, docs, pairs = self.request(setting)
+            report, why = spec_check.run_probe(src, os.path.join(work, 'sandbox'), request,
+                                               self.args.dataset_wall_seconds)
+            results = ({p: (False, why) for p in spec_check.PROPERTIES} if report is None
+                       else spec_check.check(report, setting, docs, pairs))
+        r['dataset'] = {p: ok for p, (ok, _) in results.items()}
+        r['dataset_details'] = {p: detail for p, (_, detail) in results.items()}
+
+
+def _data_file(folder, name):
+    path = os.path.join(folder, name)
+    if not os.path.isfile(path):
+        raise UsageError(f'--data_dir {folder}: no {name} (`python src/datafiles.py` copies the '
+                         'data into data/)')
+    return path
+
+
+def find_submissions(paths_given):
+    """The submissions named on the command line: a folder holding zips and no submission files
+    stands for its zips."""
+    found = []
+    for path in paths_given:
+        if not os.path.lexists(path):
+            raise UsageError(f'{path}: no such file or folder')
+        if os.path.isdir(path) and not os.path.islink(path):
+            entries = os.listdir(path)
+            zips = sorted(e for e in entries if e.lower().endswith('.zip'))
+            own = set(entries) & {f.split('/')[0] for e in submission.EDITIONS.values() for f in e}
+            if zips and 'src' not in entries and not own:
+                found += [os.path.join(path, z) for z in zips]
+                continue
+        found.append(path)
+    return found
+
+
+def summary(r):
+    """One line per submission for the terminal."""
+    if r['edition'] is None:
+        return f'{r["submission"]}: {r["errors"][0] if r["errors"] else "not graded"}'
+    acc = ', '.join(f'{k.replace(".predictions", "")} {v:g}%' for k, v in r['accuracy'].items())
+    rep = min(r['reproduced'].values()) if r['reproduced'] else None
+    passed = sum(ok is True for ok in r['dataset'].values())
+    return (f'{r["submission"]}: {r["edition"]} ({r["handout"]}), layout '
+            f'{"ok" if r["layout_ok"] else "INCOMPLETE"}; {acc or "no accuracy"}; reproduced '
+            f'{"-" if rep is None else f"{rep:.0%}"} (lowest); dataset {passed}/'
+            f'{len(r["dataset"])}; {len(r["errors"])} error(s)')
+
+
+def report_md(results):
+    out = ['# Grading report', '']
+    for r in results:
+        out += [f'## {r["submission"]}', '']
+        if r['edition'] is not None:
+            out.append(f'- edition: {r["edition"]} ({r["handout"]} handout)')
+        out.append(f'- layout: {"ok" if r["layout_ok"] else "incomplete"}')
+        if r['extra_files']:
+            out.append(f'- extra files: {", ".join(r["extra_files"][:20])}')
+        for name, value in r['accuracy'].items():
+            out.append(f'- {name}: {value:g}%')
+        for name, ok in r['thresholds'].items():
+            out.append(f'- threshold {name}: {"not judged (no --test_answers)" if ok is None else "pass" if ok else "FAIL"}')
+        for name, status in r['params'].items():
+            out.append(f'- {name}: {"loads" if status == "ok" else status}')
+        for name, frac in r['reproduced'].items():
+            out.append(f'- {name} reproduced: {frac:.2%}'
+                       + ''.join(f'\n  - {d}' for d in r['differences'].get(name, [])))
+        for name, ok in r['dataset'].items():
+            out.append(f'- dataset {name}: {"not judged" if ok is None else "pass" if ok else "FAIL"} '
+                       f'({r["dataset_details"][name]})')
+        for e in r['errors']:
+            out.append(f'- error: {e}')
+        out.append('')
+    return '\n'.join(out)
+
+
+CSV_FIELDS = ['submission', 'edition', 'layout_ok', 'errors']
+
+
+def report_csv(results):
+    cols = {}
+    for r in results:
+        for key in ('accuracy', 'thresholds', 'reproduced', 'dataset'):
+            for name in r[key]:
+                cols.setdefault(f'{key}:{name}', (key, name))
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(CSV_FIELDS + list(cols))
+    for r in results:
+        w.writerow([r['submission'], r['edition'] or '', r['layout_ok'], '; '.join(r['errors'])]
+                   + ['' if r[key].get(name) is None else r[key][name]
+                      for key, name in cols.values()])
+    return buf.getvalue()
+
+
+def write_text(path, text):
+    def write(tmp):
+        with open(tmp, 'w', encoding='utf-8', newline='') as f:
+            f.write(text)
+    utils.atomic_write(path, write)
+
+
+def parse_args(argv=None):
+    ap = utils.OneLineParser(prog='python scripts/grade.py', description=__doc__.split('\n')[0])
+    ap.add_argument('submissions', nargs='+', metavar='SUBMISSION',
+                    help='a submission zip, an unzipped submission folder, or a folder of zips')
+    ap.add_argument('--edition', choices=sorted(submission.EDITIONS),
+                    help='grade as synthesizer (2021-22), perceiver (2022-23) or rope (2024-25); '
+                         'default: each submission\'s, detected from its files')
+    ap.add_argument('--test_answers', help='the held-out test answers (birth_dev.tsv\'s format, '
+                                           'one line per line of birth_test_inputs.tsv)')
+    ap.add_argument('--json', help='write the results here: a JSON list, one object per submission')
+    ap.add_argument('--out', help='folder for report.md and report.csv')
+    ap.add_argument('--data_dir', default=datafiles.DATA,
+                    help='folder with wiki.txt, birth_dev.tsv and birth_test_inputs.tsv '
+                         '(default: the repository\'s data/)')
+    ap.add_argument('--device', choices=('auto', 'cpu', 'cuda'), default='auto',
+                    help='where the predictions are regenerated')
+    checks = ap.add_argument_group('the dataset check')
+    checks.add_argument('--draws', type=int, default=spec_check.DEFAULTS['draws'],
+                        help='examples drawn from the CharCorruptionDataset (default %(default)s)')
+    checks.add_argument('--seed', type=int, default=spec_check.DEFAULTS['seed'],
+                        help='seed of the made-up corpus and of the draws')
+    checks.add_argument('--dataset_cpu_seconds', type=int,
+                        default=spec_check.DEFAULTS['cpu_seconds'],
+                        help='CPU seconds the submission\'s dataset code may use (default %(default)s)')
+    checks.add_argument('--dataset_memory_mb', type=int, default=spec_check.DEFAULTS['memory_mb'],
+                        help='memory it may allocate (default %(default)s)')
+    checks.add_argument('--dataset_wall_seconds', type=int,
+                        default=spec_check.DEFAULTS['wall_seconds'],
+                        help='wall-clock seconds before its processes are killed (default %(default)s)')
+    return ap.parse_args(argv)
+
+
+def check_args(args):
+    for flag in ('draws', 'dataset_cpu_seconds', 'dataset_memory_mb', 'dataset_wall_seconds'):
+        if getattr(args, flag) <= 0:
+            raise UsageError(f'--{flag} must be positive, not {getattr(args, flag)}')
+    if not os.path.isdir(args.data_dir):
+        raise UsageError(f'--data_dir {args.data_dir}: no such folder')
+    if args.test_answers is not None and not os.path.isfile(args.test_answers):
+        raise UsageError(f'--test_answers {args.test_answers}: file not found')
+    reads = [('SUBMISSION', p) for p in args.submissions]
+    if args.test_answers is not None:
+        reads.append(('--test_answers', args.test_answers))
+    if args.json is not None:
+        problem = paths.output_problem(args.json, reads)
+        if problem is not None:
+            raise UsageError(f'--json {args.json}: {problem}')
+    if args.out is not None:
+        problem = paths.out_folder_problem(args.out)
+        if problem is None and os.path.isdir(args.out):
+            for name in ('report.md', 'report.csv'):
+                problem = paths.output_problem(os.path.join(args.out, name), reads)
+                if problem is not None:
+                    break
+        if problem is not None:
+            raise UsageError(f'--out {args.out}: {problem}')
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    try:
+        check_args(args)
+        found = find_submissions(args.submissions)
+        grader = Grader(args)
+    except UsageError as e:
+        print(f'error: {e}', file=sys.stderr)
+        return 2
+    results, failed = [], 0
+    with tempfile.TemporaryDirectory(prefix='grade-') as tmp:
+        for i, path in enumerate(tqdm(found, desc='grading', unit='submission', file=sys.stderr)):
+            work = os.path.join(tmp, str(i))
+            try:
+                r = grader.grade(path, work)
+            except Exception as e:  # the grader's own fault: say so, go on with the others
+                failed += 1
+                r = dict(submission=path, edition=None, handout=None, layout_ok=False,
+                         errors=[f'grader error: {type(e).__name__}: {e}'], extra_files=[],
+                         accuracy={}, thresholds={}, params={}, reproduced={}, differences={},
+                         dataset={}, dataset_details={})
+            shutil.rmtree(work, ignore_errors=True)
+            results.append(r)
+            tqdm.write(summary(r))
+    if args.json is not None:
+        write_text(args.json, json.dumps(results, indent=1, ensure_ascii=False) + '\n')
+    if args.out is not None:
+        os.makedirs(args.out, exist_ok=True)
+        write_text(os.path.join(args.out, 'report.md'), report_md(results))
+        write_text(os.path.join(args.out, 'report.csv'), report_csv(results))
+    return 1 if failed else 0
+
+
+if __name__ == '__main__':
+    torch.set_grad_enabled(False)
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""Opening a stranger's submission, for grade.py: a zip or a folder, copied into a folder the
+grader owns, or refused with one reason. Standard library only.
+
+Refused: a file that is not a readable zip, entries whose names leave the folder ('..', absolute
+paths, drive letters), symbolic links and other non-regular files, more entries or more bytes
+than any real submission has (a zip bomb: counted while inflating, whatever the zip declares).
+"""
+import os
+import re
+import shutil
+import stat
+import zipfile
+import zlib
+
+MAX_BYTES = 512 << 20  # a complete submission is about 70 MB (four params files and wiki.txt)
+MAX_FILES = 5000
+
+
+class Refused(Exception):
+    """Why a submission cannot be opened, in one line."""
+
+
+def unpack(path, dest):
+    """Copy the submission at `path` (a zip or a folder) into the new folder `dest`; returns the
+    folder to grade: `dest`, or the one folder it holds when the submission was zipped or copied
+    with its enclosing folder."""
+    if os.path.isdir(path):
+        _copy_folder(path, dest)
+    else:
+        _extract_zip(path, dest)
+    root = dest
+    for _ in range(2):
+        entries = [e for e in os.listdir(root) if e != '__MACOSX']
+        if len(entries) != 1 or not os.path.isdir(os.path.join(root, entries[0])) \
+                or entries[0] == 'src':
+            break
+        root = os.path.join(root, entries[0])
+    return root
+
+
+def _entry_problem(name):
+    parts = name.replace('\\', '/').split('/')
+    if name.startswith(('/', '\\')) or re.match(r'^[A-Za-z]:', name) or '..' in parts:
+        return f'entry {name!r} points outside the submission'
+    if '\0' in name:
+        return f'entry {name!r} has a NUL in its name'
+    return None
+
+
+def _extract_zip(path, dest):
+    try:
+        z = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError) as e:
+        raise Refused(f'not a readable zip file ({type(e).__name__}: {e})')
+    with z:
+        infos = z.infolist()
+        if len(infos) > MAX_FILES:
+            raise Refused(f'{len(infos)} entries in the zip, more than the {MAX_FILES} any '
+                          'submission needs')
+        declared = sum(i.file_size for i in infos)
+        if declared > MAX_BYTES:
+            raise Refused(f'the zip unpacks to {declared / 2**20:,.0f} MiB, far beyond a '
+                          f'submission (limit {MAX_BYTES >> 20} MiB): refused unopened')
+        for info in infos:
+            problem = _entry_problem(info.filename)
+            kind = stat.S_IFMT(info.external_attr >> 16)
+            if problem is None and kind == stat.S_IFLNK:
+                problem = f'entry {info.filename!r} is a symbolic link'
+            elif problem is None and kind not in (0, stat.S_IFREG, stat.S_IFDIR):
+                problem = f'entry {info.filename!r} is not a regular file'
+            if problem is not None:
+                raise Refused(problem)
+        os.makedirs(dest)
+        written = 0
+        for info in infos:
+            target = os.path.join(dest, *info.filename.replace('\\', '/').split('/'))
+            try:
+                if info.is_dir():
+                    os.makedirs(target, exist_ok=True)
+                    continue
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                with z.open(info) as src, open(target, 'wb') as out:
+                    for chunk in iter(lambda: src.read(1 << 20), b''):
+                        written += len(chunk)
+                        if written > MAX_BYTES:  # more than declared: stop inflating
+                            raise Refused(f'the zip inflates beyond {MAX_BYTES >> 20} MiB, '
+                                          'far beyond a submission')
+                        out.write(chunk)
+            except (zipfile.BadZipFile, zlib.error, EOFError, RuntimeError,
+                    NotImplementedError, OSError) as e:
+                raise Refused(f'corrupt zip: entry {info.filename!r} cannot be read '
+                              f'({type(e).__name__}: {e})')
+
+
+def _copy_folder(path, dest):
+    os.makedirs(dest)
+    count = size = 0
+    for root, dirs, files in os.walk(path):
+        rel = os.path.relpath(root, path)
+        for name in dirs + files:
+            full = os.path.join(root, name)
+            mode = os.lstat(full).st_mode
+            shown = os.path.normpath(os.path.join(rel, name))
+            if stat.S_ISLNK(mode):
+                raise Refused(f'{shown} is a symbolic link')
+            if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+                raise Refused(f'{shown} is not a regular file')
+        os.makedirs(os.path.join(dest, rel), exist_ok=True)
+        for name in files:
+            count += 1
+            size += os.lstat(os.path.join(root, name)).st_size
+            if count > MAX_FILES or size > MAX_BYTES:
+                raise Refused(f'the folder holds more than {MAX_FILES} files or '
+                              f'{MAX_BYTES >> 20} MiB, far beyond a submission')
+            shutil.copyfile(os.path.join(root, name), os.path.join(dest, rel, name),
+                            follow_symlinks=False)

@@ -1,0 +1,327 @@
+"""scripts/grade.py on submissions this suite builds itself: tiny run.py runs (one finetuning step
+of the handout's model on 64 questions, evaluation on the first 40 dev and 30 test questions),
+then collect_submission.sh. A complete submission passes layout and loading and reproduces 100%;
+one changed predictions line is caught at that line; a dataset.py that breaks one property fails
+exactly that one; a stranger's hostile files are each one row with its reason."""
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPTS = os.path.join(REPO, 'scripts')
+DATA = os.path.join(REPO, 'data')
+sys.path.insert(0, SCRIPTS)
+import grade  # noqa: E402
+import spec_check  # noqa: E402
+import unpack  # noqa: E402
+
+DEV, TEST = 40, 30
+PROPERTIES = list(spec_check.PROPERTIES)
+
+# every run.py command of a submission, in one process (one torch import)
+RUNS = '''
+import shutil, sys
+sys.path.insert(0, {src!r})
+import run
+wiki, train, dev, test = sys.argv[1:5]
+quick = ['--max_epochs', '1', '--precision', 'fp32']
+for variant, params, preds in [('vanilla', 'vanilla.model.params', 'vanilla.nopretrain'),
+                               (sys.argv[5], sys.argv[5] + '.finetune.params', sys.argv[5] + '.pretrain')]:
+    run.main(['finetune', variant, wiki, '--writing_params_path', params,
+              '--finetune_corpus_path', train] + quick)
+    for split, path in (('dev', dev), ('test', test)):
+        run.main(['evaluate', variant, wiki, '--reading_params_path', params,
+                  '--eval_corpus_path', path, '--outputs_path', f'{{preds}}.{{split}}.predictions'])
+shutil.copyfile('vanilla.model.params', 'vanilla.finetune.params')
+for split in ('dev', 'test'):
+    shutil.copyfile(f'vanilla.nopretrain.{{split}}.predictions', f'vanilla.pretrain.{{split}}.predictions')
+'''.format(src=os.path.join(REPO, 'src'))
+
+
+def head(src, dest, n, suffix=''):
+    with open(src, encoding='utf-8') as f:
+        lines = [next(f).rstrip('\n') for _ in range(n)]
+    with open(dest, 'w', encoding='utf-8') as f:
+        f.writelines(line + suffix + '\n' for line in lines)
+
+
+@pytest.fixture(scope='module')
+def built(tmp_path_factory):
+    """data: the grader's data folder (40 dev, 30 test questions); synthesizer/rope: complete
+    submissions (run.py's files, zipped by collect_submission.sh), unzipped, and their zips."""
+    root = tmp_path_factory.mktemp('grade')
+    data = root / 'data'
+    data.mkdir()
+    shutil.copyfile(os.path.join(DATA, 'wiki.txt'), data / 'wiki.txt')
+    head(os.path.join(DATA, 'birth_dev.tsv'), data / 'birth_dev.tsv', DEV)
+    head(os.path.join(DATA, 'birth_test_inputs.tsv'), data / 'birth_test_inputs.tsv', TEST)
+    head(os.path.join(DATA, 'birth_places_train.tsv'), data / 'birth_places_train.tsv', 64)
+    head(os.path.join(DATA, 'birth_test_inputs.tsv'), root / 'test_answers.tsv', TEST, '\tLondon')
+    out = {'data': data, 'root': root}
+    for variant in ('synthesizer', 'rope'):
+        folder = root / variant
+        folder.mkdir()
+        for name in os.listdir(data):
+            shutil.copyfile(data / name, folder / name)
+        subprocess.run([sys.executable, '-c', RUNS, 'wiki.txt', 'birth_places_train.tsv',
+                        'birth_dev.tsv', 'birth_test_inputs.tsv', variant],
+                       cwd=folder, check=True, capture_output=True)
+        if variant == 'rope':
+            (folder / 'london_baseline_accuracy.txt').write_text('5.0\n')
+        zipped = root / f'{variant}.zip'
+        subprocess.run(['bash', os.path.join(REPO, 'collect_submission.sh'), '--dir', str(folder),
+                        '--output', str(zipped)], cwd=folder, check=True, capture_output=True)
+        unzipped = root / f'{variant}-unzipped'
+        with zipfile.ZipFile(zipped) as z:
+            z.extractall(unzipped)
+        out[variant], out[variant + '_zip'] = unzipped, zipped
+    return out
+
+
+def grade_all(built, tmp_path, *submissions, extra=()):
+    """grade.main in this process; returns (exit status, the --json results)."""
+    results = tmp_path / 'results.json'
+    status = grade.main([str(s) for s in submissions] + [
+        '--data_dir', str(built['data']), '--json', str(results), '--draws', '3000',
+        *extra])
+    return status, json.loads(results.read_text()) if results.exists() else None
+
+
+def test_a_complete_submission_passes_and_reproduces(built, tmp_path):
+    status, [r] = grade_all(built, tmp_path, built['synthesizer_zip'], extra=[
+        '--test_answers', str(built['root'] / 'test_answers.tsv'), '--out', str(tmp_path / 'rep')])
+    assert status == 0
+    assert r['edition'] == 'synthesizer' and r['handout'] == '2021-22'
+    assert r['layout_ok'] and r['errors'] == [], r['errors']
+    assert set(r['params']) == {'vanilla.model.params', 'vanilla.finetune.params',
+                                'synthesizer.finetune.params'}
+    assert set(r['params'].values()) == {'ok'}
+    assert len(r['reproduced']) == 6 and set(r['reproduced'].values()) == {1.0}
+    assert set(r['accuracy']) == set(r['reproduced'])  # dev and test: answers given
+    assert set(r['thresholds']) == {'vanilla.pretrain.dev >= 10%', 'synthesizer.pretrain.test >= 5%'}
+    assert all(isinstance(v, bool) for v in r['thresholds'].values())
+    assert r['dataset'] == {p: True for p in PROPERTIES}, r['dataset_details']
+    # the reports name the same
+    md = (tmp_path / 'rep' / 'report.md').read_text()
+    assert 'synthesizer.pretrain.dev.predictions reproduced: 100.00%' in md
+    csv_text = (tmp_path / 'rep' / 'report.csv').read_text()
+    assert csv_text.splitlines()[0].startswith('submission,edition,layout_ok,errors,accuracy:')
+
+
+def test_dev_accuracy_is_the_handouts_count(built, tmp_path):
+    folder = tmp_path / 'sub'
+    shutil.copytree(built['synthesizer'], folder)
+    gold = [line.split('\t')[1].strip() for line in
+            (built['data'] / 'birth_dev.tsv').read_text().splitlines()]
+    right = gold[:10] + ['London'] * (DEV - 10)
+    (folder / 'vanilla.pretrain.dev.predictions').write_text(''.join(p + '\n' for p in right))
+    _, [r] = grade_all(built, tmp_path, folder)
+    want = 100 * sum(a == b for a, b in zip(right, gold)) / DEV
+    assert r['accuracy']['vanilla.pretrain.dev.predictions'] == round(want, 2)
+    assert r['thresholds']['vanilla.pretrain.dev >= 10%'] is (want >= 10)
+    assert r['thresholds']['synthesizer.pretrain.test >= 5%'] is None  # no test answers
+    assert r['reproduced']['vanilla.pretrain.dev.predictions'] < 1
+
+
+def test_one_changed_line_is_caught_at_that_line(built, tmp_path):
+    folder = tmp_path / 'sub'
+    shutil.copytree(built['synthesizer'], folder)
+    path = folder / 'synthesizer.pretrain.dev.predictions'
+    lines = path.read_text().split('\n')
+    lines[6] = lines[6] + 'x'
+    path.write_text('\n'.join(lines))
+    _, [r] = grade_all(built, tmp_path, folder)
+    assert r['reproduced']['synthesizer.pretrain.dev.predictions'] == round(1 - 1 / DEV, 4)
+    assert r['differences']['synthesizer.pretrain.dev.predictions'][0].startswith('line 7: ')
+    assert r['reproduced']['synthesizer.pretrain.test.predictions'] == 1.0
+
+
+BROKEN = {
+    # the masked span is always half the truncated document
+    'masked_length_mean': ('hi = n / 2 - 1', 'hi = -1'),
+    # the second ⁇ left out
+    'two_masks': ('suffix + self.MASK_CHAR + masked_content', 'suffix + masked_content'),
+}
+
+
+@pytest.mark.parametrize('prop', sorted(BROKEN))
+def test_a_broken_dataset_fails_exactly_that_property(built, tmp_path, prop):
+    folder = tmp_path / 'sub'
+    shutil.copytree(built['synthesizer'], folder)
+    path = folder / 'src' / 'dataset.py'
+    text = path.read_text(encoding='utf-8')
+    old, new = BROKEN[prop]
+    assert old in text
+    text = text.replace(old, new)
+    if prop == 'masked_length_mean':
+        text = text.replace('masked_len = min(n, 1)', 'masked_len = n // 2')
+    path.write_text(text, encoding='utf-8')
+    _, [r] = grade_all(built, tmp_path, folder)
+    failed = sorted(p for p, ok in r['dataset'].items() if ok is False)
+    assert failed == [prop], r['dataset_details']
+    unjudged = sorted(p for p, ok in r['dataset'].items() if ok is None)
+    assert unjudged == (['masked_length_mean', 'rearranged'] if prop == 'two_masks' else [])
+    assert 'document' in r['dataset_details'][prop] or 'mean masked' in r['dataset_details'][prop]
+
+
+def test_a_rope_submission_graded_as_2021_23_is_named_as_such(built, tmp_path):
+    status, [r, own] = grade_all(built, tmp_path, built['rope_zip'], built['rope_zip'],
+                                 extra=['--edition', 'synthesizer'])
+    assert status == 0
+    assert r['edition'] == 'synthesizer'
+    assert any('files are those of the rope edition (2024-25), graded as synthesizer (2021-22)'
+               in e for e in r['errors'])
+    assert not r['layout_ok']
+    assert r['dataset']['lengths'] is False  # its dataset gives 128, the 2021-23 spec 127
+    # graded as its own edition it is complete
+    _, [own] = grade_all(built, tmp_path, built['rope_zip'])
+    assert own['edition'] == 'rope' and own['layout_ok'] and own['errors'] == []
+    assert own['dataset'] == {p: True for p in PROPERTIES}
+    assert set(own['reproduced'].values()) == {1.0}
+
+
+# ---- a stranger's files ---------------------------------------------------------------------
+
+def zip_of(folder, out, extra=()):
+    """Zip `folder` into `out`, plus extra (ZipInfo or name, bytes) entries."""
+    with zipfile.ZipFile(out, 'w', zipfile.ZIP_DEFLATED) as z:
+        for root, _, files in os.walk(folder):
+            for f in files:
+                full = os.path.join(root, f)
+                z.write(full, os.path.relpath(full, folder))
+        for info, data in extra:
+            z.writestr(info, data)
+    return out
+
+
+def symlink_entry(name, target):
+    info = zipfile.ZipInfo(name)
+    info.external_attr = (stat.S_IFLNK | 0o777) << 16
+    return info, target
+
+
+def dataset_with(built, tmp_path, name, code):
+    """A copy of the complete submission whose dataset.py runs `code` when imported."""
+    folder = tmp_path / name
+    shutil.copytree(built['synthesizer'], folder)
+    path = folder / 'src' / 'dataset.py'
+    path.write_text(code + '\n' + path.read_text(encoding='utf-8'), encoding='utf-8')
+    return folder
+
+
+def test_hostile_submissions_are_rows_with_reasons(built, tmp_path, monkeypatch):
+    home = tmp_path / 'home'
+    home.mkdir()
+    cwd = tmp_path / 'cwd'
+    cwd.mkdir()
+    monkeypatch.setenv('HOME', str(home))
+    monkeypatch.chdir(cwd)
+    good = built['synthesizer']
+    subs = tmp_path / 'subs'
+    subs.mkdir()
+    cases = {
+        'slip': zip_of(good, subs / 'slip.zip', [('../../escaped.txt', b'x')]),
+        'absolute': zip_of(good, subs / 'absolute.zip', [('/tmp/escaped-abs.txt', b'x')]),
+        'symlink': zip_of(good, subs / 'symlink.zip', [symlink_entry('link', '/etc/passwd')]),
+        'corrupt': subs / 'corrupt.zip',
+        'bomb': subs / 'bomb.zip',
+        'million': subs / 'million',
+        'pickle': subs / 'pickle',
+    }
+    data = built['synthesizer_zip'].read_bytes()
+    cases['corrupt'].write_bytes(data[:len(data) // 2])
+    with zipfile.ZipFile(cases['bomb'], 'w', zipfile.ZIP_DEFLATED) as z:
+        with z.open('src/zeros.bin', 'w', force_zip64=True) as f:
+            block = bytes(1 << 20)
+            for _ in range(unpack.MAX_BYTES // len(block) + 64):
+                f.write(block)
+    shutil.copytree(good, cases['million'])
+    (cases['million'] / 'vanilla.pretrain.dev.predictions').write_text('London\n' * 1_000_000)
+    shutil.copytree(good, cases['pickle'])
+    marker = tmp_path / 'pickle-ran'
+
+    class Evil:
+        def __reduce__(self):
+            return (open, (str(marker), 'w'))
+    import torch
+    torch.save({'tok_emb.weight': Evil()}, cases['pickle'] / 'vanilla.model.params')
+    cases['loop'] = dataset_with(built, tmp_path, 'loop', 'while True:\n    pass')
+    cases['alloc'] = dataset_with(built, tmp_path, 'alloc',
+                                  'blocks = []\nwhile True:\n    blocks.append(bytearray(1 << 26))')
+    cases['prints'] = dataset_with(built, tmp_path, 'prints', 'print("x" * (8 << 20))')
+    cases['writes'] = dataset_with(
+        built, tmp_path, 'writes',
+        'import os\nopen("written-by-dataset.txt", "w").write("x")\n'
+        'open(os.path.expanduser("~/written-by-dataset.txt"), "w").write("x")')
+    order = list(cases)
+    status, results = grade_all(built, tmp_path, *[cases[c] for c in order], good, extra=[
+        '--dataset_cpu_seconds', '5', '--dataset_memory_mb', '512'])
+    assert status == 0
+    rows = dict(zip(order + ['good'], results))
+    assert 'outside the submission' in rows['slip']['errors'][0]
+    assert 'outside the submission' in rows['absolute']['errors'][0]
+    assert 'symbolic link' in rows['symlink']['errors'][0]
+    assert 'not a readable zip' in rows['corrupt']['errors'][0]
+    assert 'far beyond a submission' in rows['bomb']['errors'][0]
+    assert any('1,000,000 lines' in e or 'bytes, far more' in e for e in rows['million']['errors'])
+    assert any(e.startswith('vanilla.model.params: not a readable params file')
+               for e in rows['pickle']['errors'])
+    assert not marker.exists()  # nothing of the pickle ran
+    assert 'CPU time' in rows['loop']['dataset_details']['vocab']
+    assert 'MemoryError' in rows['alloc']['dataset_details']['vocab']
+    assert rows['prints']['dataset'] == {p: True for p in PROPERTIES}  # prints cost nothing
+    assert rows['writes']['dataset'] == {p: True for p in PROPERTIES}
+    assert rows['good']['errors'] == [] and rows['good']['layout_ok']
+    # nothing escaped: not beside the zips, not in the working directory, not in HOME
+    assert not os.path.exists('/tmp/escaped-abs.txt')
+    assert not (tmp_path / 'escaped.txt').exists() and not (tmp_path.parent / 'escaped.txt').exists()
+    assert os.listdir(cwd) == [] and os.listdir(home) == []
+    assert not (cases['writes'] / 'src' / 'written-by-dataset.txt').exists()
+
+
+def test_a_folder_of_zips_is_its_zips(built, tmp_path):
+    folder = tmp_path / 'class'
+    folder.mkdir()
+    shutil.copyfile(built['synthesizer_zip'], folder / 'alice.zip')
+    shutil.copyfile(built['rope_zip'], folder / 'bob.zip')
+    found = grade.find_submissions([str(folder), str(built['synthesizer'])])
+    assert found == [str(folder / 'alice.zip'), str(folder / 'bob.zip'), str(built['synthesizer'])]
+
+
+@pytest.mark.parametrize('args, message', [
+    (['missing.zip'], 'missing.zip: no such file or folder'),
+    (['{zip}', '--data_dir', 'nowhere'], '--data_dir nowhere: no such folder'),
+    (['{zip}', '--test_answers', 'nowhere.tsv'], '--test_answers nowhere.tsv: file not found'),
+    (['{zip}', '--json', '{zip}'], '--json'),
+    (['{zip}', '--draws', '0'], '--draws must be positive'),
+    (['{zip}', '--edition', 'transformer'], "invalid choice: 'transformer'"),
+])
+def test_bad_usage_is_one_line_and_exit_2(built, tmp_path, monkeypatch, capsys, args, message):
+    before = built['synthesizer_zip'].read_bytes()
+    args = [a.replace('{zip}', str(built['synthesizer_zip'])) for a in args]
+    monkeypatch.chdir(tmp_path)
+    try:
+        status = grade.main(args)
+    except SystemExit as e:  # argparse's own errors
+        status = e.code
+    err = capsys.readouterr().err
+    assert status == 2, err
+    assert err.count('\n') == 1 and err.startswith('error: ') and message in err
+    assert built['synthesizer_zip'].read_bytes() == before
+    assert os.listdir(tmp_path) == []
+
+
+def test_the_command_line_grades_and_exits_0(built, tmp_path):
+    """As a TA types it: a failing submission is a result, not an error."""
+    r = subprocess.run([sys.executable, os.path.join(SCRIPTS, 'grade.py'), str(built['rope_zip']),
+                        '--data_dir', str(built['data']), '--draws', '2000', '--out', 'reports'],
+                       cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert 'rope (2024-25), layout ok' in r.stdout
+    assert sorted(os.listdir(tmp_path / 'reports')) == ['report.csv', 'report.md']

@@ -10,6 +10,7 @@ import stat
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -18,69 +19,27 @@ SCRIPTS = os.path.join(REPO, 'scripts')
 DATA = os.path.join(REPO, 'data')
 sys.path.insert(0, SCRIPTS)
 import grade  # noqa: E402
+import sample_submission  # noqa: E402
 import spec_check  # noqa: E402
 import unpack  # noqa: E402
 
 DEV, TEST = 40, 30
 PROPERTIES = list(spec_check.PROPERTIES)
 
-# every run.py command of a submission, in one process (one torch import)
-RUNS = '''
-import shutil, sys
-sys.path.insert(0, {src!r})
-import run
-wiki, train, dev, test = sys.argv[1:5]
-quick = ['--max_epochs', '1', '--precision', 'fp32']
-for variant, params, preds in [('vanilla', 'vanilla.model.params', 'vanilla.nopretrain'),
-                               (sys.argv[5], sys.argv[5] + '.finetune.params', sys.argv[5] + '.pretrain')]:
-    run.main(['finetune', variant, wiki, '--writing_params_path', params,
-              '--finetune_corpus_path', train] + quick)
-    for split, path in (('dev', dev), ('test', test)):
-        run.main(['evaluate', variant, wiki, '--reading_params_path', params,
-                  '--eval_corpus_path', path, '--outputs_path', f'{{preds}}.{{split}}.predictions'])
-shutil.copyfile('vanilla.model.params', 'vanilla.finetune.params')
-for split in ('dev', 'test'):
-    shutil.copyfile(f'vanilla.nopretrain.{{split}}.predictions', f'vanilla.pretrain.{{split}}.predictions')
-'''.format(src=os.path.join(REPO, 'src'))
-
-
-def head(src, dest, n, suffix=''):
-    with open(src, encoding='utf-8') as f:
-        lines = [next(f).rstrip('\n') for _ in range(n)]
-    with open(dest, 'w', encoding='utf-8') as f:
-        f.writelines(line + suffix + '\n' for line in lines)
-
 
 @pytest.fixture(scope='module')
 def built(tmp_path_factory):
     """data: the grader's data folder (40 dev, 30 test questions); synthesizer/rope: complete
-    submissions (run.py's files, zipped by collect_submission.sh), unzipped, and their zips."""
+    submissions (sample_submission.py: run.py's files, zipped by collect_submission.sh),
+    unzipped, and their zips."""
     root = tmp_path_factory.mktemp('grade')
-    data = root / 'data'
-    data.mkdir()
-    shutil.copyfile(os.path.join(DATA, 'wiki.txt'), data / 'wiki.txt')
-    head(os.path.join(DATA, 'birth_dev.tsv'), data / 'birth_dev.tsv', DEV)
-    head(os.path.join(DATA, 'birth_test_inputs.tsv'), data / 'birth_test_inputs.tsv', TEST)
-    head(os.path.join(DATA, 'birth_places_train.tsv'), data / 'birth_places_train.tsv', 64)
-    head(os.path.join(DATA, 'birth_test_inputs.tsv'), root / 'test_answers.tsv', TEST, '\tLondon')
-    out = {'data': data, 'root': root}
-    for variant in ('synthesizer', 'rope'):
-        folder = root / variant
-        folder.mkdir()
-        for name in os.listdir(data):
-            shutil.copyfile(data / name, folder / name)
-        subprocess.run([sys.executable, '-c', RUNS, 'wiki.txt', 'birth_places_train.tsv',
-                        'birth_dev.tsv', 'birth_test_inputs.tsv', variant],
-                       cwd=folder, check=True, capture_output=True)
-        if variant == 'rope':
-            (folder / 'london_baseline_accuracy.txt').write_text('5.0\n')
-        zipped = root / f'{variant}.zip'
-        subprocess.run(['bash', os.path.join(REPO, 'collect_submission.sh'), '--dir', str(folder),
-                        '--output', str(zipped)], cwd=folder, check=True, capture_output=True)
-        unzipped = root / f'{variant}-unzipped'
-        with zipfile.ZipFile(zipped) as z:
-            z.extractall(unzipped)
-        out[variant], out[variant + '_zip'] = unzipped, zipped
+    data = sample_submission.make_data(str(root / 'data'), DEV, TEST)
+    sample_submission.head(os.path.join(DATA, 'birth_test_inputs.tsv'), root / 'test_answers.tsv',
+                           TEST, '\tLondon')
+    out = {'data': root / 'data', 'root': root}
+    for edition in ('synthesizer', 'rope'):
+        zipped = sample_submission.build(str(root / edition), edition, data)
+        out[edition], out[edition + '_zip'] = root / edition / 'unzipped', Path(zipped)
     return out
 
 
@@ -325,3 +284,54 @@ def test_the_command_line_grades_and_exits_0(built, tmp_path):
     assert r.returncode == 0, r.stderr
     assert 'rope (2024-25), layout ok' in r.stdout
     assert sorted(os.listdir(tmp_path / 'reports')) == ['report.csv', 'report.md']
+
+
+def test_params_that_do_not_load_say_why(built, tmp_path):
+    folder = tmp_path / 'sub'
+    shutil.copytree(built['synthesizer'], folder)
+    shutil.copyfile(folder / 'synthesizer.finetune.params', folder / 'vanilla.model.params')
+    data = (folder / 'vanilla.finetune.params').read_bytes()
+    (folder / 'vanilla.finetune.params').write_bytes(data[:len(data) // 3])
+    _, [r] = grade_all(built, tmp_path, folder)
+    assert r['params']['vanilla.model.params'] == \
+        'params are a synthesizer model, you asked for a vanilla model'
+    assert r['params']['vanilla.finetune.params'].startswith('not a readable params file')
+    assert r['params']['synthesizer.finetune.params'] == 'ok'
+    # nothing to reproduce from params that do not load
+    assert set(r['reproduced']) == {'synthesizer.pretrain.dev.predictions',
+                                    'synthesizer.pretrain.test.predictions'}
+    assert r['layout_ok']  # the files are there; what is wrong with them is in errors
+    assert len(r['errors']) == 2
+
+
+def test_unpack_refuses_links_and_special_files_in_a_folder(tmp_path):
+    for kind in ('link', 'fifo'):
+        folder = tmp_path / kind
+        (folder / 'src').mkdir(parents=True)
+        (folder / 'src' / 'dataset.py').write_text('')
+        if kind == 'link':
+            os.symlink('/etc/passwd', folder / 'src' / 'model.py')
+        else:
+            os.mkfifo(folder / 'vanilla.model.params')
+        with pytest.raises(unpack.Refused, match='symbolic link' if kind == 'link'
+                           else 'not a regular file'):
+            unpack.unpack(str(folder), str(tmp_path / f'{kind}-copy'))
+
+
+def test_unpack_finds_a_submission_zipped_with_its_folder(tmp_path):
+    out = tmp_path / 'nested.zip'
+    with zipfile.ZipFile(out, 'w') as z:
+        z.writestr('assignment5_submission/src/dataset.py', 'x = 1\n')
+        z.writestr('assignment5_submission/vanilla.model.params', 'p')
+        z.writestr('__MACOSX/._junk', 'j')
+    root = unpack.unpack(str(out), str(tmp_path / 'open'))
+    assert sorted(os.listdir(root)) == ['src', 'vanilla.model.params']
+
+
+def test_a_zip_declaring_more_than_the_limit_is_refused_unopened(tmp_path, monkeypatch):
+    out = tmp_path / 'liar.zip'
+    with zipfile.ZipFile(out, 'w', zipfile.ZIP_DEFLATED) as z:
+        z.writestr('src/big.bin', bytes(4 << 20))
+    monkeypatch.setattr(unpack, 'MAX_BYTES', 1 << 20)
+    with pytest.raises(unpack.Refused, match='far beyond a submission'):
+        unpack.unpack(str(out), str(tmp_path / 'open'))

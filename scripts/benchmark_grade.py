@@ -1,0 +1,58 @@
+"""How long grade.py takes over one complete submission on this machine, everything included
+(unzipping, layout, accuracy, loading, reproducing all predictions of the 500 dev and 437 test
+questions, the dataset check in its sandbox), measured from the command line as a TA runs it.
+
+    python scripts/benchmark_grade.py [--edition synthesizer|perceiver|rope ...] [--repeat 2]
+
+The sample submissions (sample_submission.py) hold one-step models: their answers are noise, so
+greedy decoding runs all 32 steps for every question; trained models stop at the second ⁇ and
+grade faster. Prints one line per edition: seconds per grading, each run and the best.
+"""
+import argparse
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import sample_submission  # noqa: E402
+import submission  # noqa: E402
+
+
+def cpu_name():
+    try:
+        with open('/proc/cpuinfo') as f:
+            for line in f:
+                if line.startswith('model name'):
+                    return line.split(':', 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap.add_argument('--edition', action='append', choices=sorted(submission.EDITIONS))
+    ap.add_argument('--repeat', type=int, default=2)
+    args = ap.parse_args(argv)
+    editions = args.edition or ['synthesizer', 'perceiver', 'rope']
+    print(f'machine: {cpu_name()}, {os.cpu_count()} cores; python {platform.python_version()}')
+    with tempfile.TemporaryDirectory() as tmp:
+        data = sample_submission.make_data(os.path.join(tmp, 'data'))
+        for edition in editions:
+            zipped = sample_submission.build(os.path.join(tmp, edition), edition, data)
+            times = []
+            for _ in range(args.repeat):
+                start = time.perf_counter()
+                subprocess.run([sys.executable, os.path.join(HERE, 'grade.py'), zipped,
+                                '--data_dir', data], check=True, capture_output=True)
+                times.append(time.perf_counter() - start)
+            print(f'{edition}: grading one complete submission took '
+                  f'{", ".join(f"{t:.1f}" for t in times)} s (best {min(times):.1f} s)')
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,99 @@
+"""A complete submission made the way a student makes one, in minutes: run.py finetunes each model
+for one epoch from scratch on the first questions of birth_places_train.tsv (one step: the
+params are of the handout's shapes, the answers are noise), evaluates it on the dev and test
+questions, and collect_submission.sh zips the result. For grade.py's tests and benchmark.
+
+    python scripts/sample_submission.py --edition rope --out DIR [--dev 40 --test 30]
+
+vanilla.finetune.params and the vanilla.pretrain predictions are copies of the no-pretraining
+ones (a real run pretrains first; the grader cannot tell, and needs only files of the right
+kind). Writes into DIR (which must not exist): the data used (data/), the run's folder (run/),
+the zip and its unzipped copy (unzipped/).
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(REPO, 'data')
+sys.path.insert(0, os.path.join(REPO, 'scripts'))
+import submission  # noqa: E402
+
+# every run.py command of the submission in one process (one torch import)
+RUNS = '''
+import shutil, sys
+sys.path.insert(0, {src!r})
+import run
+wiki, train, dev, test, variant = sys.argv[1:6]
+quick = ['--max_epochs', '1', '--precision', 'fp32']
+for model, params, preds in [('vanilla', 'vanilla.model.params', 'vanilla.nopretrain'),
+                             (variant, variant + '.finetune.params', variant + '.pretrain')]:
+    run.main(['finetune', model, wiki, '--writing_params_path', params,
+              '--finetune_corpus_path', train] + quick)
+    for split, path in (('dev', dev), ('test', test)):
+        run.main(['evaluate', model, wiki, '--reading_params_path', params,
+                  '--eval_corpus_path', path, '--outputs_path', f'{{preds}}.{{split}}.predictions'])
+shutil.copyfile('vanilla.model.params', 'vanilla.finetune.params')
+for split in ('dev', 'test'):
+    shutil.copyfile(f'vanilla.nopretrain.{{split}}.predictions',
+                    f'vanilla.pretrain.{{split}}.predictions')
+'''.format(src=os.path.join(REPO, 'src'))
+
+
+def head(src, dest, n=None, suffix=''):
+    """The first n lines of src (all with None) into dest, each with `suffix` added."""
+    with open(src, encoding='utf-8') as f:
+        lines = [line.rstrip('\n') for line in f][:n]
+    with open(dest, 'w', encoding='utf-8') as f:
+        f.writelines(line + suffix + '\n' for line in lines)
+
+
+def make_data(folder, dev=None, test=None, train=64):
+    """The grader's data folder: wiki.txt, and the first questions of each TSV."""
+    os.makedirs(folder)
+    shutil.copyfile(os.path.join(DATA, 'wiki.txt'), os.path.join(folder, 'wiki.txt'))
+    for name, n in (('birth_dev.tsv', dev), ('birth_test_inputs.tsv', test),
+                    ('birth_places_train.tsv', train)):
+        head(os.path.join(DATA, name), os.path.join(folder, name), n)
+    return folder
+
+
+def build(out, edition, data):
+    """Run the submission's commands in out/run with the data in `data`; returns the zip."""
+    run_dir = os.path.join(out, 'run')
+    os.makedirs(run_dir)
+    for name in os.listdir(data):
+        shutil.copyfile(os.path.join(data, name), os.path.join(run_dir, name))
+    subprocess.run([sys.executable, '-c', RUNS, 'wiki.txt', 'birth_places_train.tsv',
+                    'birth_dev.tsv', 'birth_test_inputs.tsv', edition],
+                   cwd=run_dir, check=True, capture_output=True)
+    if edition == 'rope':
+        with open(os.path.join(run_dir, 'london_baseline_accuracy.txt'), 'w') as f:
+            f.write('5.0\n')
+    zipped = os.path.join(out, submission.ZIP_NAME[edition])
+    subprocess.run(['bash', os.path.join(REPO, 'collect_submission.sh'), '--dir', run_dir,
+                    '--output', zipped, '--edition', edition], cwd=run_dir, check=True,
+                   capture_output=True)
+    with zipfile.ZipFile(zipped) as z:
+        z.extractall(os.path.join(out, 'unzipped'))
+    return zipped
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap.add_argument('--edition', choices=sorted(submission.EDITIONS), default='synthesizer')
+    ap.add_argument('--out', required=True)
+    ap.add_argument('--dev', type=int, default=None, help='dev questions (default: all 500)')
+    ap.add_argument('--test', type=int, default=None, help='test questions (default: all 437)')
+    args = ap.parse_args(argv)
+    if os.path.exists(args.out):
+        ap.error(f'--out {args.out} exists; name a new folder')
+    data = make_data(os.path.join(args.out, 'data'), args.dev, args.test)
+    print(build(args.out, args.edition, data))
+
+
+if __name__ == '__main__':
+    main()

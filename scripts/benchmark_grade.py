@@ -18,19 +18,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), 'src'))
+from cpu_paths import cpu_model  # noqa: E402
 import sample_submission  # noqa: E402
 import submission  # noqa: E402
-
-
-def cpu_name():
-    try:
-        with open('/proc/cpuinfo') as f:
-            for line in f:
-                if line.startswith('model name'):
-                    return line.split(':', 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def main(argv=None):
@@ -39,7 +30,7 @@ def main(argv=None):
     ap.add_argument('--repeat', type=int, default=2)
     args = ap.parse_args(argv)
     editions = args.edition or ['synthesizer', 'perceiver', 'rope']
-    print(f'machine: {cpu_name()}, {os.cpu_count()} cores; python {platform.python_version()}')
+    print(f'machine: {cpu_model()}, {os.cpu_count()} cores; python {platform.python_version()}')
     with tempfile.TemporaryDirectory() as tmp:
         data = sample_submission.make_data(os.path.join(tmp, 'data'))
         for edition in editions:

@@ -19,7 +19,6 @@ import argparse
 import contextlib
 import io
 import os
-import platform
 import sys
 import time
 
@@ -28,6 +27,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'src'))
 import model  # noqa: E402  (src/model.py)
+from cpu_paths import cpu_model  # noqa: E402
 
 MIX_OPS = ('aten.bmm',)                 # q @ k^T and att @ v (4-D matmuls become bmm)
 LINEAR_OPS = ('aten.addmm', 'aten.mm')  # nn.Linear with and without bias
@@ -96,17 +96,6 @@ def measure(args):
     return rows
 
 
-def cpu_name():
-    try:
-        with open('/proc/cpuinfo') as f:
-            for line in f:
-                if line.startswith('model name'):
-                    return line.split(':', 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument('--lengths', type=int, nargs='+', default=[128, 256, 512, 1024, 2048])
@@ -126,7 +115,7 @@ def main(argv=None):
 
     print(f'L={args.n_layer} layers, d={args.n_embd}, {args.n_head} heads, m={args.bottleneck_dim}; '
           f'FLOPs of one sequence; time: batch {args.batch_size}, median of {args.repeats}')
-    print(f'{cpu_name()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, '
+    print(f'{cpu_model()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, '
           f'torch {torch.__version__}')
     rows = measure(args)
     mf = lambda n: f'{n / 1e6:10.1f}'  # noqa: E731  MFLOP

@@ -5,13 +5,13 @@ where the run stands: model, optimizer, schedule position, the epoch's shuffle a
 state. It is written every `checkpoint_every` epochs and when a first Ctrl-C or SIGTERM arrives
 (between two steps); `resume` continues from it, giving the params of the uninterrupted run.
 """
-import random
 import signal
 import threading
 
 import torch
 
 import distributed
+from devices import random_states, set_random_states
 from utils import UsageError, atomic_write
 
 
@@ -79,14 +79,15 @@ class Resumable:
         """Everything needed to continue exactly where the run stands: before batch `it` of
         `epoch`, whose shuffle is drawn from generator_state."""
         config = trainer.config
+        # each rank's own random states: under torchrun the ranks' dropout draws differ (their
+        # rows differ, a last short batch leaves one a dummy row), so rank 0's are not theirs
+        randoms = distributed.gather(random_states(trainer.device))
         if trainer.rank != 0:
             return
         state = {
             'model': trainer.model.state_dict(), 'optimizer': trainer.optimizer.state_dict(),
             'tokens': trainer.tokens, 'step': trainer.step, 'epoch': epoch, 'it': it,
-            'generator': generator_state, 'python_random': random.getstate(),
-            'torch_rng': torch.get_rng_state(),
-            'cuda_rng': torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            'generator': generator_state, 'random': randoms,
             'batch_size': config.batch_size, 'max_epochs': config.max_epochs,
             'final_tokens': config.final_tokens, 'budget_asked': config.budget_asked,
             'relaid': config.relaid,
@@ -116,8 +117,11 @@ class Resumable:
             config.relaid = tuple(relaid) if relaid is not None else None
         trainer.tokens, trainer.step = state['tokens'], state['step']
         trainer.generator.set_state(state['generator'])
-        random.setstate(state['python_random'])
-        torch.set_rng_state(state['torch_rng'])
-        if state['cuda_rng'] is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state['cuda_rng'])
+        randoms, rank = state.get('random'), trainer.rank
+        if randoms is None:  # written before the states were kept per rank
+            randoms = [{'python': state['python_random'], 'torch': state['torch_rng'], 'cuda': None}]
+        if len(randoms) != distributed.world() and rank == 0:
+            print(f'note: {path} holds the random states of {len(randoms)} processes, this run '
+                  f'has {distributed.world()}: dropout draws will differ from an uninterrupted run')
+        set_random_states(randoms[min(rank, len(randoms) - 1)], trainer.device)
         trainer.start_epoch, trainer.start_it = state['epoch'], state['it']

@@ -1,5 +1,8 @@
-"""Where the arithmetic runs and in which precision: the device, whether it has bf16, autocast.
-One answer for run.py, the trainer and the scripts."""
+"""Where the arithmetic runs and in which precision: the device, whether it has bf16, autocast,
+and the random states training draws from there. One answer for run.py, the trainer and the
+scripts."""
+import random
+
 import torch
 
 from utils import UsageError
@@ -39,3 +42,21 @@ def pick_precision(name, device, training):
 def autocast(device, precision):
     """bf16 autocast on `device` for precision 'bf16', a no-op context otherwise."""
     return torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=precision == 'bf16')
+
+
+def random_states(device):
+    """The random states a training process draws from: Python's (the corruptions), torch's CPU
+    generator and, training on a GPU, that GPU's generator alone (the dropout masks). Only the
+    training device's: a CPU run on a GPU machine never initialises CUDA, and a checkpoint does
+    not depend on how many GPUs are visible."""
+    device = torch.device(device)
+    return {'python': random.getstate(), 'torch': torch.get_rng_state(),
+            'cuda': torch.cuda.get_rng_state(device) if device.type == 'cuda' else None}
+
+
+def set_random_states(states, device):
+    """Put back what random_states(device) returned (CPU byte tensors)."""
+    random.setstate(states['python'])
+    torch.set_rng_state(states['torch'])
+    if states['cuda'] is not None and torch.device(device).type == 'cuda':
+        torch.cuda.set_rng_state(states['cuda'], torch.device(device))

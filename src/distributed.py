@@ -55,6 +55,15 @@ def agree(value, device, op):
     return t.item()
 
 
+def gather(obj):
+    """Every rank's `obj` (picklable), in rank order: [obj] without torchrun. All ranks call it."""
+    if not active():
+        return [obj]
+    out = [None] * world()
+    dist.all_gather_object(out, obj)
+    return out
+
+
 def shard(x, y, device):
     """This rank's rows of a global batch and the weight of its mean loss: its share of the
     batch's non-PAD targets times the number of ranks (the loss is a mean over the non-PAD targets

@@ -20,7 +20,6 @@ module: precision 'auto' on a CPU (cpu_paths.ChoosePaths), resume and stop
 work through distributed.py.
 """
 import math
-import random
 import time
 
 import torch
@@ -31,7 +30,7 @@ from batches import Batches, batch_indices, collate, trim_padding
 from budget import TimeBudget
 from checkpoint import Resumable
 from cpu_paths import ChoosePaths
-from devices import autocast as autocast_for
+from devices import autocast as autocast_for, random_states, set_random_states
 from utils import save_state_dict
 
 
@@ -250,8 +249,7 @@ class Trainer:
         stop(times): True ends the timing early."""
         config, raw_model = self.config, self.model
         weights = {k: v.clone() for k, v in raw_model.state_dict().items()}
-        rng = (torch.get_rng_state(), random.getstate(),
-               torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
+        rng = random_states(self.device)
         optimizer = torch.optim.AdamW(optimizer_groups(raw_model, config.weight_decay), lr=0.0,
                                       betas=config.betas, fused=self.device.type == 'cuda')
         order = batch_indices(len(self.train_dataset), config.batch_size,
@@ -271,10 +269,7 @@ class Trainer:
                     break
         raw_model.load_state_dict(weights)
         self.tokens = tokens
-        torch.set_rng_state(rng[0])
-        random.setstate(rng[1])
-        if rng[2] is not None:
-            torch.cuda.set_rng_state_all(rng[2])
+        set_random_states(rng, self.device)
         return times
 
 

@@ -17,3 +17,24 @@ def test_a_numbered_gpu_is_asked_about_its_own_bf16(monkeypatch):
     monkeypatch.setattr(torch.cuda, 'is_bf16_supported', lambda *a, **k: False)
     monkeypatch.setattr(devices, 'cpu_has_bf16', lambda: True)
     assert devices.bf16_supported('cuda:2') is False and devices.bf16_supported('cpu') is True
+
+
+def test_random_states_touch_only_the_training_device(monkeypatch):
+    """#30: the checkpoint kept torch.cuda.get_rng_state_all(): every visible GPU's state, so a
+    resume with fewer GPUs raised IndexError, and a --device cpu run on a GPU machine initialised
+    CUDA. Now only the training device's generator is read and written. Reached without a GPU:
+    torch.cuda is replaced by a stand-in that records what is asked of it."""
+    asked = []
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+    monkeypatch.setattr(torch.cuda, 'get_rng_state_all', lambda: asked.append('all'))
+    monkeypatch.setattr(torch.cuda, 'set_rng_state_all', lambda s: asked.append('set all'))
+    monkeypatch.setattr(torch.cuda, 'get_rng_state',
+                        lambda device: asked.append(('get', str(device))) or torch.zeros(16, dtype=torch.uint8))
+    monkeypatch.setattr(torch.cuda, 'set_rng_state',
+                        lambda state, device: asked.append(('set', str(device))))
+    states = devices.random_states('cpu')
+    devices.set_random_states(states, 'cpu')
+    assert states['cuda'] is None and asked == []  # a CPU run leaves CUDA alone
+    states = devices.random_states('cuda:1')
+    devices.set_random_states(states, 'cuda:1')
+    assert asked == [('get', 'cuda:1'), ('set', 'cuda:1')]

@@ -23,6 +23,7 @@ import json
 import os
 import platform
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -110,12 +111,30 @@ def run_step(argv, out, log, run_flags):
     cmd = [sys.executable, RUN, *argv, *run_flags]
     print('+ python src/run.py ' + ' '.join(argv + run_flags), flush=True)
     start = time.time()
+    stopped = []
     with open(log, 'a', encoding='utf-8') as f:
-        proc = subprocess.run(cmd, cwd=out, stdout=subprocess.PIPE, stderr=f, text=True)
-    sys.stdout.write(proc.stdout)
+        proc = subprocess.Popen(cmd, cwd=out, stdout=subprocess.PIPE, stderr=f, text=True)
+
+        def stop(signum, frame):
+            # the step writes its checkpoint and ends; run_all waits for that, then stops. Ctrl-C
+            # reaches the step from the terminal; a SIGTERM may be run_all's alone (kill PID)
+            stopped.append(signum)
+            if signum == signal.SIGTERM:
+                proc.send_signal(signum)
+        previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            stdout, _ = proc.communicate()
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+    sys.stdout.write(stdout)
+    if proc.returncode == 130 or stopped:
+        print(f'interrupted: the same command continues (finished steps are skipped, this one '
+              f'resumes from its checkpoint); see {log}', file=sys.stderr)
+        raise SystemExit(130)
     if proc.returncode != 0:
         raise SystemExit(f'error: step failed (exit {proc.returncode}); see {log}')
-    return time.time() - start, proc.stdout
+    return time.time() - start, stdout
 
 
 BUDGET_LINES = re.compile(r'time budget [\d.]+ min: (\d+) epochs'  # the plan

@@ -3,8 +3,10 @@ stages, and the report built from predictions files and tensorboard logs."""
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -175,3 +177,42 @@ def test_bad_whole_run_flags_are_one_error_line_before_any_work(tmp_path, script
     assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith('error: '), proc.stderr
     assert words in lines[0]
     assert sorted(os.listdir(tmp_path)) == ['afile'] and (tmp_path / 'afile').read_text() == 'keep me'
+
+
+FAKE_STEP = '''
+import pathlib, signal, sys, time
+def stop(*_):
+    pathlib.Path('checkpoint').write_text('written')  # what run.py does on SIGTERM
+    sys.exit(130)
+signal.signal(signal.SIGTERM, stop)
+pathlib.Path('started').write_text('')
+time.sleep(120)
+'''
+DRIVER = '''
+import sys
+import time
+sys.path.insert(0, {scripts!r})
+import run_all
+run_all.RUN = sys.argv[1]
+run_all.run_step(['pretrain'], sys.argv[2], sys.argv[3], [])
+'''
+
+
+def test_a_sigterm_to_run_all_alone_lets_the_step_checkpoint_then_stops(tmp_path):
+    """`kill PID` of run_all (not its group): the training step it runs gets the SIGTERM too,
+    writes its checkpoint, and run_all stops with 130 saying the same command continues. (Before:
+    run_all died at once and its step trained on, orphaned, without a checkpoint.)"""
+    fake = tmp_path / 'fake_run.py'
+    fake.write_text(FAKE_STEP)
+    proc = subprocess.Popen(
+        [sys.executable, '-c', DRIVER.format(scripts=os.path.join(REPO, 'scripts')), str(fake),
+         str(tmp_path), str(tmp_path / 'run.log')],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (tmp_path / 'started').exists() and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert (tmp_path / 'checkpoint').read_text() == 'written'
+    assert 'interrupted: the same command continues' in err

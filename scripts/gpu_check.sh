@@ -1,109 +1,146 @@
 #!/usr/bin/env bash
-# The first run on a machine with one CUDA GPU, in one command, within a time limit:
+# The first run on a machine with one CUDA GPU, in stages that each fit one command of at most
+# 10 minutes (a lent GPU machine's limit; on your own machine `--stage all` runs them in a row):
 #
-#   bash scripts/gpu_check.sh                   # 25 minutes, outputs in results/<gpu-name>/
-#   bash scripts/gpu_check.sh --minutes 40 --out /tmp/gpu
+#   bash scripts/gpu_check.sh --stage tests      [--minutes 9] [--out DIR]   # CUDA tests
+#   bash scripts/gpu_check.sh --stage bench      [--minutes 9] [--out DIR]   # benchmark.py
+#   bash scripts/gpu_check.sh --stage assignment [--minutes 9] [--out DIR]   # again until done
+#   bash scripts/gpu_check.sh [--stage all] [--minutes 25] [--out DIR]       # the three in order
 #
-# 1. what it needs: a Python whose torch sees the GPU (python3, else .venv, else it makes .venv
-#    with the CUDA build of torch: TORCH_SPEC=torch scripts/setup.sh), tqdm, tensorboard and
-#    pytest (installed from requirements*.txt when missing), and the data (src/datafiles.py);
-# 2. the CUDA half of the equivalence tests (fast path = plain math on the GPU: attention
-#    kernels, trimmed batches, decoding, dropout, trainer vs plain loop, torch.compile, rope),
-#    log in cuda_tests.log;
-# 3. scripts/benchmark.py --device cuda --compile: plain vs fast vs compiled, every variant, with
-#    model FLOP utilisation -> benchmarks.md;
-# 4. the whole assignment at the handout's length, scripts/run_all.py -- --device cuda (London;
-#    vanilla without pretraining; vanilla, synthesizer, perceiver m=64, rope: pretrain,
-#    finetune, dev and test predictions), with the time left as its --time_budget (a stage the
-#    budget cannot fit at full length is shortened, and its report says how many epochs ran),
-#    -> report.md, report.json, loss_curves.png and the predictions (params stay beside them;
-#    they are not committed: *.params is ignored).
-# Each step stops at the time limit; the end says what was done and what was not. Exit status:
-# 0 all done, 1 something failed or did not fit, 2 no GPU.
-# Through this workplace's device tool (files come back from $OUT, 8 at most):
-#   bash scripts/gpu_check.sh --out /tmp/gpu; tar czf $OUT/gpu.tgz --exclude='*.params' --exclude=expt -C /tmp gpu
+# tests       the CUDA half of the test suite (every test parametrised over the devices, the
+#             CUDA resume / DataLoader-worker / DDP tests), log in cuda_tests.log;
+# bench       scripts/benchmark.py --device cuda --compile: plain vs fast vs compiled, every
+#             variant, model FLOP utilisation -> benchmarks.md;
+# assignment  scripts/run_all.py -- --device cuda at the handout's length (London, vanilla
+#             without pretraining, vanilla, synthesizer, perceiver m=64, rope). At the time
+#             limit the training step in progress writes its checkpoint and stops; the next call
+#             continues it (run_all skips finished steps and resumes the interrupted one), so
+#             call it again until it says it is done.
+#
+# It installs nothing and uses the Python it is given: $PYTHON, else python3, else .venv's, the
+# first whose torch sees a GPU (set one up with `TORCH_SPEC=torch bash scripts/setup.sh --test`).
+# The data must be in data/ (python src/datafiles.py puts it there; git does not hold it, so a
+# copied working tree must bring data/ along). Everything is written in --work (default
+# runs/gpu_check/, kept between calls); after each stage --out (default results/<gpu name>/)
+# gets summary.md (what was done, what was not, the next command) and results.tgz (the logs,
+# reports and predictions, no params or checkpoints). Exit status: 0 the stage is done, 1 it
+# failed or did not finish (the next command continues it), 2 bad usage / no GPU / no data.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-minutes=25
+stage=all
+minutes=""
 out=""
+work=runs/gpu_check
 while [ $# -gt 0 ]; do
   case "$1" in
-    --minutes) minutes=${2:?--minutes needs a number}; shift 2 ;;
-    --out) out=${2:?--out needs a folder}; shift 2 ;;
-    *) echo "error: unknown option $1 (use --minutes N, --out DIR)" >&2; exit 2 ;;
+    --stage) stage=${2:-}; shift 2 || { echo "error: --stage needs tests, bench, assignment or all" >&2; exit 2; } ;;
+    --minutes) minutes=${2:-}; shift 2 || { echo "error: --minutes needs a number" >&2; exit 2; } ;;
+    --out) out=${2:-}; shift 2 || { echo "error: --out needs a folder" >&2; exit 2; } ;;
+    --work) work=${2:-}; shift 2 || { echo "error: --work needs a folder" >&2; exit 2; } ;;
+    *) echo "error: unknown option $1 (use --stage tests|bench|assignment|all, --minutes N, --out DIR, --work DIR)" >&2; exit 2 ;;
   esac
 done
+case "$stage" in
+  tests|bench|assignment) minutes=${minutes:-9} ;;
+  all) minutes=${minutes:-25} ;;
+  *) echo "error: --stage must be tests, bench, assignment or all, not '$stage'" >&2; exit 2 ;;
+esac
 case "$minutes" in  # whole minutes: bash's arithmetic below has no fractions
   ''|*[!0-9]*|0|00*) echo "error: --minutes must be a number of whole minutes (1 or more), not '$minutes'" >&2; exit 2 ;;
 esac
 deadline=$(( $(date +%s) + 10#$minutes * 60 ))
-left() { echo $(( deadline - $(date +%s) )); }
+# time kept at the end for packing the results and for a stopped step's checkpoint
+reserve=45
+left() { echo $(( deadline - reserve - $(date +%s) )); }
 
-has_cuda() { "$1" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; }
-PY=${PYTHON:-python3}
-if ! has_cuda "$PY"; then
-  if [ -x .venv/bin/python ] && has_cuda .venv/bin/python; then
-    PY=.venv/bin/python
-  else
-    echo "no CUDA torch in $PY: setting up .venv with the CUDA build of torch"
-    TORCH_SPEC=torch bash scripts/setup.sh --test && PY=.venv/bin/python
-  fi
-fi
-if ! has_cuda "$PY"; then
-  echo "error: no CUDA GPU is visible to torch ($PY); this script is for a machine with one" >&2
+has_cuda() { "$1" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; }
+PY=""
+for candidate in ${PYTHON:-} python3 .venv/bin/python; do
+  if command -v "$candidate" >/dev/null 2>&1 && has_cuda "$candidate"; then PY=$candidate; break; fi
+done
+if [ -z "$PY" ]; then
+  echo "error: no CUDA GPU is visible to torch (tried ${PYTHON:+$PYTHON, }python3, .venv/bin/python); this script installs nothing: on a GPU machine set up with TORCH_SPEC=torch bash scripts/setup.sh --test" >&2
   exit 2
 fi
-if ! "$PY" -c 'import tqdm, tensorboard, pytest' 2>/dev/null; then
-  "$PY" -m pip install -q -r requirements.txt -r requirements-test.txt || {
-    echo "error: could not install requirements.txt / requirements-test.txt for $PY" >&2; exit 2; }
+if ! "$PY" -c 'import tqdm, tensorboard, pytest' >/dev/null 2>&1; then
+  echo "error: $PY lacks tqdm, tensorboard or pytest (pip install -r requirements.txt -r requirements-test.txt); this script installs nothing" >&2
+  exit 2
 fi
-"$PY" src/datafiles.py || exit 2
+if ! (cd data 2>/dev/null && sha256sum --quiet -c SHA256SUMS >/dev/null 2>&1); then
+  echo "error: data/ lacks the assignment's data files (or they do not match data/SHA256SUMS): run python src/datafiles.py, or bring data/ along with the working tree (it is not in git)" >&2
+  exit 2
+fi
 
 gpu=$("$PY" -c 'import torch; print(torch.cuda.get_device_name())')
 slug=$(echo "$gpu" | tr 'A-Z' 'a-z' | sed -e 's/nvidia //' -e 's/[^a-z0-9]\+/-/g' -e 's/^-//' -e 's/-$//')
 out=${out:-results/$slug}
-mkdir -p "$out"
-echo "GPU: $gpu; torch $("$PY" -c 'import torch; print(torch.__version__)'); outputs in $out; $minutes minutes"
+mkdir -p "$out" "$work" || exit 2
+torch_version=$("$PY" -c 'import torch; print(torch.__version__)')
+echo "GPU: $gpu; torch $torch_version ($PY); stage $stage, $minutes minutes; work in $work, results to $out"
 
-done_steps=()
-missed_steps=()
-# step NAME SECONDS_AT_MOST COMMAND...: run it with what is left (at most SECONDS_AT_MOST)
-step() {
+# run_for NAME SECONDS_AT_MOST COMMAND...: run it within what is left (at most SECONDS_AT_MOST),
+# record the outcome in $work/stages.log
+run_for() {
   local name=$1 cap=$2; shift 2
   local budget; budget=$(left)
   [ "$budget" -gt "$cap" ] && budget=$cap
   if [ "$budget" -lt 30 ]; then
-    missed_steps+=("$name (no time left)"); return
+    echo "$(date -u +%FT%TZ) $name: not started (no time left)" >> "$work/stages.log"; return 1
   fi
   echo "== $name (at most $budget s)"
-  timeout --signal=TERM --kill-after=30 "$budget" "$@"
+  local start; start=$(date +%s)
+  timeout --signal=TERM --kill-after=$reserve "$budget" "$@"
   local rc=$?
-  if [ $rc -eq 0 ]; then done_steps+=("$name"); else missed_steps+=("$name (exit $rc$([ $rc -eq 124 ] && echo ': out of time'))"); fi
+  local outcome="done"
+  [ $rc -ne 0 ] && outcome="NOT done (exit $rc$( [ $rc -eq 124 ] && echo ': out of time'))"
+  echo "$(date -u +%FT%TZ) $name: $outcome in $(( $(date +%s) - start )) s" >> "$work/stages.log"
+  return $rc
 }
 
-step "CUDA equivalence tests" 480 bash -c "set -o pipefail; '$PY' -m pytest -q -rs -k cuda \
-  tests/test_fast_paths.py tests/test_model_compat.py 2>&1 | tee '$out/cuda_tests.log'"
-step "benchmark" 420 "$PY" scripts/benchmark.py --device cuda --compile --out "$out/benchmarks.md"
-# run_all gets what is left, less a minute for its report and the summary
-run_minutes=$(( ($(left) - 60) / 60 ))
-if [ "$run_minutes" -ge 2 ]; then
-  step "whole assignment (run_all, $run_minutes min)" $(( run_minutes * 60 + 60 )) \
-    "$PY" scripts/run_all.py --out "$out" --time_budget "$run_minutes" -- --device cuda
-else
-  missed_steps+=("whole assignment (no time left)")
-fi
+stage_tests() {
+  run_for "tests" 1800 bash -c "set -o pipefail; '$PY' -m pytest -q -rs -k cuda tests/ 2>&1 | tee '$work/cuda_tests.log'"
+}
+stage_bench() {
+  run_for "bench" 1800 "$PY" scripts/benchmark.py --device cuda --compile --out "$work/benchmarks.md"
+}
+stage_assignment() {
+  run_for "assignment" 86400 "$PY" scripts/run_all.py --out "$work/assignment" -- --device cuda
+  local rc=$?
+  if [ $rc -ne 0 ] && [ -d "$work/assignment" ]; then  # the report of what is there so far
+    "$PY" scripts/run_all.py --report-only --out "$work/assignment" -- --device cuda >/dev/null 2>&1
+  fi
+  return $rc
+}
 
-echo
-echo "== gpu_check on $gpu: done ${#done_steps[@]}, not done ${#missed_steps[@]}"
-for s in "${done_steps[@]}"; do echo "  done: $s"; done
-for s in "${missed_steps[@]}"; do echo "  NOT done: $s"; done
-if [ -f "$out/report.json" ]; then
-  "$PY" - "$out/report.json" <<'PY'
-import json, sys
-report = json.load(open(sys.argv[1]))
-for m in report['models']:
-    dev = m['dev']
-    print(f"  {m['model']}: " + (f"{dev['percent']:.1f}% dev" if dev else 'no dev predictions'))
-PY
+rc=0
+case "$stage" in
+  tests) stage_tests || rc=1 ;;
+  bench) stage_bench || rc=1 ;;
+  assignment) stage_assignment || rc=1 ;;
+  all) stage_tests || rc=1; stage_bench || rc=1; stage_assignment || rc=1 ;;
+esac
+
+if [ "$stage" = tests ]; then next="bash scripts/gpu_check.sh --stage bench --out $out"
+elif [ "$stage" = bench ]; then next="bash scripts/gpu_check.sh --stage assignment --minutes 9 --out $out"
+elif [ $rc -ne 0 ]; then next="bash scripts/gpu_check.sh --stage assignment --minutes 9 --out $out   (continues where this one stopped)"
+else next="none: unpack $out/results.tgz into results/$slug/ and commit it"
 fi
-[ ${#missed_steps[@]} -eq 0 ]
+{
+  echo "# gpu_check on $gpu"
+  echo
+  echo "torch $torch_version; last call: --stage $stage --minutes $minutes, $(date -u +%FT%TZ)"
+  echo
+  echo '```'
+  cat "$work/stages.log"
+  echo '```'
+  [ -f "$work/assignment/report.md" ] && { echo; echo "## Assignment report (so far)"; echo; cat "$work/assignment/report.md"; }
+  echo
+  echo "next: $next"
+} > "$out/summary.md"
+tar czf "$out/results.tgz" --exclude='*.params' --exclude='*.ckpt' --exclude='expt' --exclude='*.tgz' \
+  -C "$work" . 2>/dev/null
+echo
+cat "$work/stages.log" | tail -n 5
+echo "summary: $out/summary.md; results: $out/results.tgz"
+echo "next: $next"
+exit $rc

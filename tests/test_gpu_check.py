@@ -1,8 +1,12 @@
 """scripts/gpu_check.sh where there is no GPU (this project's machines): it says so in one line
-and exits 2, and bad options are one line too. (On a GPU machine it is the first run itself.)"""
+and exits 2, and bad options are one line too. Its stages are checked with a stand-in python3
+that claims a GPU and plays the stages' commands: each stage leaves summary.md and one archive
+in --out and names the next command; nothing is installed; a missing data/ is one line."""
 import os
+import shutil
 import subprocess
 import sys
+import tarfile
 
 import pytest
 import torch
@@ -30,8 +34,92 @@ def test_without_a_gpu_it_says_so_and_exits_2(tmp_path):
                                         (['--minutes', '.5'], "whole minutes (1 or more), not '.5'"),
                                         (['--minutes', '1.2.3'], "not '1.2.3'"),
                                         (['--minutes', '0'], "not '0'"),
+                                        (['--stage', 'train'], "--stage must be tests, bench, "
+                                                               "assignment or all, not 'train'"),
+                                        (['--stage'], '--stage needs'),
                                         (['--fast'], 'unknown option --fast')])
 def test_bad_options_are_one_error_line(args, words):
     proc = gpu_check(*args)
     assert proc.returncode == 2
     assert proc.stderr.count('\n') == 1 and words in proc.stderr
+
+
+# A stand-in for a GPU machine's python3: it says torch sees a GPU, records every call, and plays
+# the stages' commands (run_all leaves params, predictions and a report; FAKE_RUN_ALL_RC is its exit
+# status, 124 standing for a call that ran out of time). Anything else goes to the real Python.
+FAKE_PYTHON = """#!/bin/bash
+echo "$*" >> "$FAKE_CALLS"
+case "$*" in
+  *torch.cuda.is_available*) exit 0 ;;
+  *get_device_name*) echo "NVIDIA Fake GPU 80GB"; exit 0 ;;
+  *torch.__version__*) echo "2.11.0"; exit 0 ;;
+  "-c import tqdm, tensorboard, pytest") exit 0 ;;
+  "-m pytest"*) echo "fake: 7 passed"; exit 0 ;;
+  *benchmark.py*) echo "| fake benchmark |" > "${@: -1}"; exit 0 ;;
+  *run_all.py*--report-only*) exit 0 ;;
+  *run_all.py*) mkdir -p "$3"; echo Paris > "$3/vanilla.pretrain.dev.predictions"
+                echo params > "$3/vanilla.pretrain.params"; echo ckpt > "$3/rope.pretrain.params.ckpt"
+                echo "# report" > "$3/report.md"; exit ${FAKE_RUN_ALL_RC:-0} ;;
+esac
+exec "$REAL_PYTHON" "$@"
+"""
+
+
+def fake_gpu(tmp_path, *args, rc=0, cwd=REPO):
+    fake = tmp_path / 'python3'
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    env = dict(os.environ, PYTHON=str(fake), REAL_PYTHON=sys.executable,
+               FAKE_CALLS=str(tmp_path / 'calls'), FAKE_RUN_ALL_RC=str(rc))
+    return subprocess.run(['bash', os.path.join(cwd, 'scripts', 'gpu_check.sh'), *args], cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+def archive(path):
+    with tarfile.open(path) as t:
+        return sorted(os.path.normpath(n) for n in t.getnames() if not t.getmember(n).isdir())
+
+
+def test_each_stage_fits_one_call_and_names_the_next(tmp_path):
+    out, work = tmp_path / 'out', tmp_path / 'work'
+    common = ['--out', str(out), '--work', str(work)]
+    proc = fake_gpu(tmp_path, '--stage', 'tests', *common)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == \
+        f'next: bash scripts/gpu_check.sh --stage bench --out {out}'
+    assert sorted(os.listdir(out)) == ['results.tgz', 'summary.md']  # what comes back, at most
+    assert archive(out / 'results.tgz') == ['cuda_tests.log', 'stages.log']
+    assert 'fake: 7 passed' in (work / 'cuda_tests.log').read_text()
+    proc = fake_gpu(tmp_path, '--stage', 'bench', *common)
+    assert 'next: bash scripts/gpu_check.sh --stage assignment --minutes 9' in proc.stdout
+    # the assignment runs out of time: the same command continues it
+    proc = fake_gpu(tmp_path, '--stage', 'assignment', *common, rc=124)
+    assert proc.returncode == 1
+    assert 'continues where this one stopped' in proc.stdout.splitlines()[-1]
+    assert 'assignment: NOT done (exit 124: out of time)' in (out / 'summary.md').read_text()
+    proc = fake_gpu(tmp_path, '--stage', 'assignment', *common)
+    assert proc.returncode == 0
+    assert proc.stdout.strip().endswith('into results/fake-gpu-80gb/ and commit it')
+    summary = (out / 'summary.md').read_text()
+    assert '# gpu_check on NVIDIA Fake GPU 80GB' in summary and 'tests: done' in summary
+    # predictions and reports come back; params and checkpoints never
+    assert archive(out / 'results.tgz') == [
+        'assignment/report.md', 'assignment/vanilla.pretrain.dev.predictions', 'benchmarks.md',
+        'cuda_tests.log', 'stages.log']
+    calls = (tmp_path / 'calls').read_text()
+    assert 'pip' not in calls and 'setup.sh' not in calls  # installs nothing
+    assert f'scripts/run_all.py --out {work}/assignment -- --device cuda' in calls
+
+
+def test_without_the_data_it_says_so_and_exits_2(tmp_path):
+    """A working tree copied without data/ (git does not hold the data files)."""
+    copy = tmp_path / 'copy'
+    (copy / 'scripts').mkdir(parents=True)
+    (copy / 'data').mkdir()
+    shutil.copy(SCRIPT, copy / 'scripts')
+    shutil.copy(os.path.join(REPO, 'data', 'SHA256SUMS'), copy / 'data')
+    proc = fake_gpu(tmp_path, '--stage', 'tests', cwd=str(copy))
+    assert proc.returncode == 2
+    assert proc.stderr.count('\n') == 1
+    assert proc.stderr.startswith("error: data/ lacks the assignment's data files")
+    assert not (copy / 'results').exists()

@@ -159,14 +159,18 @@ class KVCache:
     together): each row's new keys/values go to its own position, and each query is shown the
     keys up to its own position only (`visible`)."""
 
-    def __init__(self, size):
+    def __init__(self, size, trim=True):
         self.size = size  # the most positions a row will hold
+        # trim: return the keys up to the furthest position written only. Finding it reads a
+        # device number back each layer and step, which stalls a GPU: there the whole cache is
+        # returned (the positions not reached yet are hidden from every query all the same).
+        self.trim = trim
         self.k = self.v = None
 
     def write(self, k, v, positions=None):
         """Store k, v (B, nh, T, hs) of the columns at `positions` (B, T), or at 0..T-1 when
-        positions is None. Returns the keys and values of positions 0..max(positions), (B, nh,
-        S, hs): no row sees beyond that. k is None for the synthesizer, which has no keys.
+        positions is None. Returns the keys and values of positions 0..max(positions) (with
+        trim; else all `size`), (B, nh, S, hs): no row sees beyond max(positions). k is None for the synthesizer, which has no keys.
         Entries not written yet are zeros (and hidden from every query)."""
         if positions is None:
             self.v = v.new_zeros(v.size(0), v.size(1), self.size, v.size(3))
@@ -180,7 +184,7 @@ class KVCache:
         self.v[rows, :, positions] = v.transpose(1, 2)
         if k is not None:
             self.k[rows, :, positions] = k.transpose(1, 2)
-        S = int(positions.max()) + 1
+        S = int(positions.max()) + 1 if self.trim else self.size
         return None if k is None else self.k[:, :, :S], self.v[:, :, :S]
 
     def keep_rows(self, rows):

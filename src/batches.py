@@ -50,9 +50,10 @@ def collate(dataset, indices, seed=None):
 class Batches:
     """The (x, y) batches of one epoch's batch_indices, built in this process or, with
     `workers` > 0, by worker processes started once for the run. A worker builds a batch as
-    collate does here, so the batches are the in-process ones, bit for bit."""
+    collate does here, so the batches are the in-process ones, bit for bit. (Not pinned here:
+    the trainer trims each batch, a copy, and pins that.)"""
 
-    def __init__(self, dataset, workers=0, pin_memory=False):
+    def __init__(self, dataset, workers=0):
         self.dataset = dataset
         self.loader = None
         self.epoch_batches = []  # the workers' sampler reads the current epoch's batches here
@@ -61,7 +62,7 @@ class Batches:
             # torch's global one, whose next numbers are this run's dropout masks
             self.loader = DataLoader(_BatchDataset(dataset), batch_size=None,
                                      sampler=_Refillable(self.epoch_batches),
-                                     num_workers=workers, pin_memory=pin_memory,
+                                     num_workers=workers,
                                      persistent_workers=True, prefetch_factor=4,
                                      worker_init_fn=_leave_stop_signals_to_the_run,
                                      generator=torch.Generator().manual_seed(0))

@@ -59,7 +59,11 @@ class Resumable:
 
     def on_step_end(self, trainer, epoch, it):
         requested = self.stop.requested
-        if trainer.distributed:  # every rank stops at the same step
+        if trainer.distributed:
+            # every rank stops at the same step: they agree on it where the losses are read back
+            # anyway (every log_every steps), not at every step, which would wait for the GPU
+            if trainer.step % trainer.config.log_every:
+                return
             requested = bool(distributed.agree(requested, trainer.device, 'sum'))
         if requested:
             self.save(trainer, epoch, it + 1, trainer.epoch_start_state)

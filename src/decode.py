@@ -33,7 +33,7 @@ def _count(x, stop_id):
 
 
 @torch.no_grad()
-def _decode_cached(model, prompts, steps, stop_id, stop_count, device):
+def _decode_cached(model, prompts, steps, stop_id, stop_count, device, trim):
     """Prompts of any lengths, each continued within the model's context: one batch, caches."""
     B = len(prompts)
     lengths = torch.tensor([len(p) for p in prompts], device=device)
@@ -42,7 +42,7 @@ def _decode_cached(model, prompts, steps, stop_id, stop_count, device):
     for r, p in enumerate(prompts):
         seqs[r, :len(p)] = torch.tensor(p, dtype=torch.long)
 
-    caches = model.new_caches(P + steps)
+    caches = model.new_caches(P + steps, trim)
     # The prompts, packed: each row's own positions only, as in attention.Packing (the caches
     # get zeros past a row's prompt, overwritten by its next tokens before any query sees them).
     # Only each row's last position needs logits.
@@ -60,9 +60,10 @@ def _decode_cached(model, prompts, steps, stop_id, stop_count, device):
         if stop_id is not None:
             count[rows] += (token[:, 0] == stop_id).long()
             going = count[rows] < stop_count
-            if not bool(going.any()):
+            still = int(going.sum())  # the one number read back per step
+            if still == 0:
                 break
-            if not bool(going.all()):  # done rows leave the batch (and their caches)
+            if still < len(going):  # done rows leave the batch (and their caches)
                 rows, pos, token = rows[going], pos[going], token[going]
                 for cache in caches:
                     cache.keep_rows(going)
@@ -89,10 +90,13 @@ def _decode_cropped(model, x, steps, stop_id, stop_count):
 
 @torch.no_grad()
 def greedy_complete(model, prompts, steps, stop_id=None, stop_count=2, batch_size=256,
-                    device='cpu', autocast=None):
+                    device='cpu', autocast=None, trim_caches=None):
     """prompts: lists of token ids (at least one each). Returns, for each prompt, the prompt
     followed by the tokens greedy decoding appends: all `steps` of them, or fewer once the row
-    holds `stop_count` tokens `stop_id` (the text up to there is final)."""
+    holds `stop_count` tokens `stop_id` (the text up to there is final). trim_caches (default:
+    on a CPU only) is KVCache's trim: the same tokens either way."""
+    if trim_caches is None:
+        trim_caches = torch.device(device).type == 'cpu'
     model.eval()
     assert all(len(p) > 0 for p in prompts), "every prompt needs at least one token"
     fits = [i for i, p in enumerate(prompts) if len(p) + steps <= model.max_len]
@@ -109,7 +113,8 @@ def greedy_complete(model, prompts, steps, stop_id=None, stop_count=2, batch_siz
     for rows in batches:
         with autocast or torch.autocast(torch.device(device).type, enabled=False):
             if len(prompts[rows[0]]) + steps <= model.max_len:
-                seqs = _decode_cached(model, [prompts[r] for r in rows], steps, stop_id, stop_count, device)
+                seqs = _decode_cached(model, [prompts[r] for r in rows], steps, stop_id, stop_count,
+                                      device, trim_caches)
             else:
                 x = torch.tensor([prompts[r] for r in rows], dtype=torch.long, device=device)
                 seqs = _decode_cropped(model, x, steps, stop_id, stop_count)

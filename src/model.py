@@ -208,15 +208,15 @@ class GPT(nn.Module):
             if isinstance(m, CausalSelfAttention):
                 m.cpu_kernel = kernel
 
-    def new_caches(self, size):
+    def new_caches(self, size, trim=True):
         """One KVCache per attention layer, for decoding one step at a time sequences of at most
-        `size` positions (see decode.py)."""
+        `size` positions (see decode.py; trim: see KVCache)."""
         if not self.perceiver:
-            return [KVCache(size) for _ in self.blocks]
+            return [KVCache(size, trim) for _ in self.blocks]
         # the perceiver: the down block's keys/values cover the input positions, the others the
         # bottleneck slots
         m = self.bottleneck_dim
-        return [KVCache(size)] + [KVCache(m) for _ in self.blocks] + [KVCache(m)]
+        return [KVCache(size, trim)] + [KVCache(m, trim) for _ in self.blocks] + [KVCache(m, trim)]
 
     def forward(self, idx, targets=None, caches=None, positions=None):
         """idx (B, T) -> logits (B, T, vocab_size), and the loss when targets are given.
@@ -231,7 +231,8 @@ class GPT(nn.Module):
             return None, self.packed_loss(idx, targets)
         if positions is None:
             assert t <= self.block_size, "Cannot forward, model block size is exhausted."
-        else:
+        elif positions.device.type == 'cpu':  # (on a GPU reading it back would stall every step;
+            # decode.py never goes past the block)
             assert int(positions.max()) < self.block_size, "Cannot forward, model block size is exhausted."
 
         logits = self.head(self.ln_f(self.transformer(idx, positions, caches=caches)))

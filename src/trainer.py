@@ -143,7 +143,7 @@ class Trainer:
             betas=config.betas, fused=self.device.type == 'cuda')
         self.generator = torch.Generator().manual_seed(torch.initial_seed())
         workers = config.cpu_workers if self.device.type == 'cpu' else config.num_workers
-        self.batches = Batches(self.train_dataset, workers, pin_memory=self.device.type == 'cuda')
+        self.batches = Batches(self.train_dataset, workers)
         self.steps_per_epoch = math.ceil(len(self.train_dataset) / config.batch_size)
         self.start_epoch = self.start_it = 0
         self.progress = Progress(config.log_every, config.writer if self.rank == 0 else None,
@@ -207,6 +207,8 @@ class Trainer:
         if self.distributed:  # this rank's rows, its loss weighted by its share of the targets
             x, y, weight = distributed.shard(x, y, device)
         x, y = trim_padding(x, y, config.pad_multiple)
+        if device.type == 'cuda':  # pinned after the trim (which copies): the copies to the GPU
+            x, y = x.pin_memory(), y.pin_memory()  # then overlap its work instead of waiting
         x = x.to(device, non_blocking=True)
         y = y.to(device, non_blocking=True)
 

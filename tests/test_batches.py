@@ -17,7 +17,7 @@ CORPUS = '\n'.join(f'Person {i} was born in Town {i % 7}, wrote {i} books and di
                    for i in range(40))
 
 
-def run(workers, max_epochs=2, **extra):
+def run(workers, max_epochs=2, device='cpu', **extra):
     """Pretraining a tiny model on CORPUS (dropout on) with `workers` worker processes; returns
     (batches the model saw, losses, params)."""
     utils.set_seed(0)
@@ -28,9 +28,10 @@ def run(workers, max_epochs=2, **extra):
     log = LossLog()
     conf = trainer.TrainerConfig(max_epochs=max_epochs, batch_size=8, learning_rate=3e-3,
                                  lr_decay=True, warmup_tokens=500, final_tokens=20000,
-                                 cpu_workers=workers, writer=log, **extra)
+                                 cpu_workers=workers, num_workers=workers, device=device,
+                                 writer=log, **extra)
     trainer.Trainer(gpt, data, None, conf).train()
-    return seen, log.values, gpt.state_dict()
+    return [x.cpu() for x in seen], log.values, {k: v.cpu() for k, v in gpt.state_dict().items()}
 
 
 def test_worker_batches_and_losses_are_the_in_process_ones():
@@ -42,6 +43,16 @@ def test_worker_batches_and_losses_are_the_in_process_ones():
     assert all(torch.equal(in_process[2][k], workers[2][k]) for k in in_process[2])
     # and the corruptions differ from epoch to epoch (the seeds are drawn, not fixed)
     assert not torch.equal(in_process[0][0], in_process[0][5])
+
+
+def test_on_a_gpu_worker_batches_pinned_after_trimming_train_as_in_process(device):
+    """The GPU's way (4 workers in run.py; batches pinned after the trim, copied without
+    waiting): the batches the model sees, the losses and the params are those of batches built
+    in process."""
+    in_process, workers = run(0, device=device), run(2, device=device)
+    assert all(torch.equal(a, b) for a, b in zip(in_process[0], workers[0]))
+    assert in_process[1] == workers[1]
+    assert all(torch.equal(in_process[2][k], workers[2][k]) for k in in_process[2])
 
 
 @pytest.mark.parametrize('first,then', [(2, 2), (2, 0), (0, 2)])
@@ -122,5 +133,15 @@ def test_a_checkpoint_resumes_for_a_model_on_another_device(tmp_path, monkeypatc
             trainer.device = device
     monkeypatch.setattr(checkpoint.Resumable, 'load', load_for_another_device)
     _, resumed_losses, got = run(0, max_epochs=3, resume_path=str(ckpt), resume=True)
+    assert resumed_losses == losses[-5:]
+    assert all(torch.equal(got[k], want[k]) for k in want)
+
+
+def test_a_resumed_run_on_a_gpu_continues_exactly(tmp_path, device):
+    """--resume where the model trains (CUDA when there is one): the checkpoint's random states
+    go back as CPU tensors, the GPU's own generator included."""
+    ckpt = tmp_path / 'pt.params.ckpt'
+    _, losses, want = run(0, max_epochs=3, device=device, resume_path=str(ckpt), checkpoint_every=1)
+    _, resumed_losses, got = run(0, max_epochs=3, device=device, resume_path=str(ckpt), resume=True)
     assert resumed_losses == losses[-5:]
     assert all(torch.equal(got[k], want[k]) for k in want)

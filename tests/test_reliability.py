@@ -903,3 +903,52 @@ def test_torchrun_ranks_end_gloos_threads_before_the_interpreter_shuts_down(torc
     lines = [line for line in proc.stdout.splitlines() if 'gloo threads' in line]
     assert sorted(lines) == ["gloo threads after training: ['gloo_tcp_loop', 'pt_gloo_runloop', "
                              "'pt_gloo_runloop']"] * 2 + ['gloo threads at exit: []'] * 2, lines
+
+
+def test_under_torchrun_ranks_agree_on_a_stop_only_where_losses_are_read_back(monkeypatch):
+    """Agreeing on a stop request is an all_reduce read back by the host: on a GPU at every step
+    it would stall the pipeline, so the ranks agree every log_every steps (where the losses are
+    read back anyway); a request between waits for the next such step, on every rank alike."""
+    import checkpoint
+    agreed, saved = [], []
+
+    class Trainer:  # what Resumable reads of the trainer
+        distributed, device, rank, epoch_start_state = True, 'cpu', 0, None
+        config = type('Config', (), {'log_every': 25, 'resume_path': 'x.ckpt'})()
+        step = 0
+    t = Trainer()
+
+    def agree(value, device, op):
+        agreed.append(t.step)
+        return value
+    monkeypatch.setattr(checkpoint.distributed, 'agree', agree)
+    monkeypatch.setattr(checkpoint.Resumable, 'save', lambda self, *a: saved.append(t.step))
+    extra = checkpoint.Resumable()
+    extra.stop = checkpoint.StopRequest()
+    for step in range(1, 51):
+        t.step = step
+        if step == 30:
+            extra.stop.requested = True  # SIGTERM arrives during step 30
+        try:
+            extra.on_step_end(t, 0, step - 1)
+        except checkpoint.TrainingInterrupted:
+            break
+    assert agreed == [25, 50]
+    assert saved == [50]
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2,
+                    reason='two CUDA GPUs are needed (NCCL takes one GPU per rank)')
+def test_torchrun_two_cuda_ranks_train_like_one_cuda_process(tmp_path):
+    """The DDP step on GPUs (NCCL): losses and learning rates of the one-process run."""
+    argv = [a if a != 'cpu' else 'cuda' for a in PRETRAIN] + ['--max_epochs', '1', '--dropout', '0']
+    one, two = tmp_path / 'one', tmp_path / 'two'
+    for d in (one, two):
+        d.mkdir()
+        write_inputs(d)
+    run_ok(argv, one)
+    run_ok(argv, two, launcher=TORCHRUN)
+    for tag in ('train/loss', 'train/lr'):
+        a, b = tb_scalars(one, tag), tb_scalars(two, tag)
+        assert [s for s, _ in a] == [s for s, _ in b]
+        assert all(y == pytest.approx(x, rel=1e-3) for (_, x), (_, y) in zip(a, b))

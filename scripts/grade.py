@@ -47,7 +47,7 @@ import unpack  # noqa: E402
 import utils  # noqa: E402
 from utils import UsageError  # noqa: E402
 
-# (threshold name, predictions file, split, percent) per edition: the handouts' grading lines
+# (threshold name, predictions file, percent) per edition: the handouts' grading lines
 THRESHOLDS = {
     'synthesizer': [('vanilla.pretrain.dev >= 10%', 'vanilla.pretrain.dev.predictions', 10),
                     ('synthesizer.pretrain.test >= 5%', 'synthesizer.pretrain.test.predictions', 5)],
@@ -57,6 +57,7 @@ THRESHOLDS = {
     'rope': [('vanilla.pretrain.dev >= 15%', 'vanilla.pretrain.dev.predictions', 15),
              ('rope.pretrain.test >= 30%', 'rope.pretrain.test.predictions', 30)],
 }
+THRESHOLD_FILES = {label: name for rows in THRESHOLDS.values() for label, name, _ in rows}
 HANDOUT_BOTTLENECK = 64  # the perceiver handout's commands pass --bottleneck_dim 64
 PREDICTIONS_CAP = 1 << 20  # bytes; 500 predictions take a few kB
 SHOWN_DIFFERENCES = 3
@@ -90,8 +91,12 @@ class Grader:
                 raise UsageError(f'--test_answers {args.test_answers}: expected '
                                  f'{len(self.prompts["test"])} lines "question<TAB>place", one per '
                                  f'line of {self.questions["test"]}; found {len(answers)}')
+        with contextlib.redirect_stdout(io.StringIO()):
+            total, correct = utils.evaluate_places(self.gold['dev'],
+                                                   ['London'] * len(self.prompts['dev']))
+        self.london = 100 * correct / total if total else None
         self.device = devices.pick_device(args.device)
-        self.requests = {}
+        self.probe_request = None
 
     def model(self, variant, bottleneck_dim=HANDOUT_BOTTLENECK):
         """The model `python src/run.py evaluate VARIANT wiki.txt --bottleneck_dim 64` builds."""
@@ -101,19 +106,18 @@ class Grader:
             gpt = run.build_model(cmd, self.vocab.vocab_size, self.vocab.block_size, self.device)
         return gpt, run.describe_model(cmd)
 
-    def request(self, edition):
-        if edition not in self.requests:
+    def request(self):
+        """What the dataset check asks of every submission (made once)."""
+        if self.probe_request is None:
             a = self.args
-            self.requests[edition] = spec_check.request_for(
-                edition, seed=a.seed, draws=a.draws, cpu_seconds=a.dataset_cpu_seconds,
+            self.probe_request = spec_check.request_for(
+                seed=a.seed, draws=a.draws, cpu_seconds=a.dataset_cpu_seconds,
                 memory_mb=a.dataset_memory_mb)
-        return self.requests[edition]
+        return self.probe_request
 
     def grade(self, path, work):
         """The result of one submission (see README: its keys are --json's)."""
-        r = dict(submission=path, edition=None, handout=None, layout_ok=False, errors=[],
-                 extra_files=[], accuracy={}, thresholds={}, params={}, reproduced={},
-                 differences={}, dataset={}, dataset_details={})
+        r = empty_result(path)
         try:
             folder = unpack.unpack(path, os.path.join(work, 'files'))
         except unpack.Refused as e:
@@ -124,9 +128,12 @@ class Grader:
             return r
         r['edition'], r['handout'] = edition, submission.HANDOUT[edition]
         self.check_layout(folder, edition, r)
+        if 'london_baseline_accuracy.txt' in submission.required_files(edition):
+            self.check_london(os.path.join(folder, 'london_baseline_accuracy.txt'), r)
         valid = self.check_predictions(folder, edition, r)
-        self.check_params(folder, edition, valid, r)
-        self.check_dataset(folder, edition, work, r)
+        self.check_params(folder, edition, valid if 'reproduction' not in self.args.skip else {}, r)
+        if 'dataset' not in self.args.skip:
+            self.check_dataset(folder, edition, work, r)
         return r
 
     def edition_of(self, folder, r):
@@ -164,6 +171,23 @@ class Grader:
         r['extra_files'] = [f for f in present if f not in wanted and not f.startswith('src/')]
         r['errors'] += problems
         r['layout_ok'] = not problems
+
+    def check_london(self, path, r):
+        """The rope edition's london_baseline_accuracy.txt: the London baseline's dev accuracy."""
+        if not os.path.isfile(path) or os.path.getsize(path) == 0:
+            return  # named by the layout
+        name = os.path.basename(path)
+        try:
+            if os.path.getsize(path) > 100:
+                raise ValueError
+            with open(path, 'rb') as f:
+                value = float(f.read().decode('utf-8').strip())
+        except (ValueError, UnicodeDecodeError):
+            r['errors'].append(f'{name}: not one number')
+            return
+        if self.london is not None and abs(value - self.london) > 1e-6:
+            r['errors'].append(f'{name} says {value:g}; predicting London for every question of '
+                               f'{os.path.basename(self.gold["dev"])} gives {self.london:g}')
 
     def check_predictions(self, folder, edition, r):
         """Accuracy and thresholds; returns {file name: its lines} of the files with one line
@@ -260,13 +284,20 @@ class Grader:
         if not os.path.isfile(os.path.join(src, 'dataset.py')):
             results = {p: (False, 'no src/dataset.py') for p in spec_check.PROPERTIES}
         else:
-            request, docs, pairs = self.request(setting)
+            request, docs, pairs = self.request()
             report, why = spec_check.run_probe(src, os.path.join(work, 'sandbox'), request,
                                                self.args.dataset_wall_seconds)
             results = ({p: (False, why) for p in spec_check.PROPERTIES} if report is None
                        else spec_check.check(report, setting, docs, pairs))
         r['dataset'] = {p: ok for p, (ok, _) in results.items()}
         r['dataset_details'] = {p: detail for p, (_, detail) in results.items()}
+
+
+def empty_result(path):
+    """A submission's result before any check (the keys of --json, README)."""
+    return dict(submission=path, edition=None, handout=None, layout_ok=False, errors=[],
+                extra_files=[], accuracy={}, thresholds={}, params={}, reproduced={},
+                differences={}, dataset={}, dataset_details={})
 
 
 def _data_file(folder, name):
@@ -320,7 +351,10 @@ def report_md(results):
         for name, value in r['accuracy'].items():
             out.append(f'- {name}: {value:g}%')
         for name, ok in r['thresholds'].items():
-            out.append(f'- threshold {name}: {"not judged (no --test_answers)" if ok is None else "pass" if ok else "FAIL"}')
+            figure = r['accuracy'].get(THRESHOLD_FILES[name])
+            verdict = ('not judged (no --test_answers)' if ok is None else 'pass' if ok else 'FAIL')
+            out.append(f'- threshold {name}: {verdict}'
+                       + ('' if figure is None else f' ({figure:g}%)'))
         for name, status in r['params'].items():
             out.append(f'- {name}: {"loads" if status == "ok" else status}')
         for name, frac in r['reproduced'].items():
@@ -377,6 +411,8 @@ def parse_args(argv=None):
                          '(default: the repository\'s data/)')
     ap.add_argument('--device', choices=('auto', 'cpu', 'cuda'), default='auto',
                     help='where the predictions are regenerated')
+    ap.add_argument('--skip', action='append', choices=('reproduction', 'dataset'), default=[],
+                    help='leave out a check (repeatable): its key in --json stays empty')
     checks = ap.add_argument_group('the dataset check')
     checks.add_argument('--draws', type=int, default=spec_check.DEFAULTS['draws'],
                         help='examples drawn from the CharCorruptionDataset (default %(default)s)')
@@ -436,10 +472,8 @@ def main(argv=None):
                 r = grader.grade(path, work)
             except Exception as e:  # the grader's own fault: say so, go on with the others
                 failed += 1
-                r = dict(submission=path, edition=None, handout=None, layout_ok=False,
-                         errors=[f'grader error: {type(e).__name__}: {e}'], extra_files=[],
-                         accuracy={}, thresholds={}, params={}, reproduced={}, differences={},
-                         dataset={}, dataset_details={})
+                r = empty_result(path)
+                r['errors'].append(f'grader error: {type(e).__name__}: {e}')
             shutil.rmtree(work, ignore_errors=True)
             results.append(r)
             tqdm.write(summary(r))

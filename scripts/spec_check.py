@@ -74,8 +74,9 @@ def make_names(seed, count=60):
     return ''.join(f'{q}\t{p}\n' for q, p in pairs), pairs
 
 
-def request_for(edition, seed=DEFAULTS['seed'], draws=DEFAULTS['draws'],
+def request_for(seed=DEFAULTS['seed'], draws=DEFAULTS['draws'],
                 cpu_seconds=DEFAULTS['cpu_seconds'], memory_mb=DEFAULTS['memory_mb']):
+    """(what dataset_probe.py is asked, the corpus's documents, the questions' pairs)."""
     corpus, docs = make_corpus(seed)
     names, pairs = make_names(seed)
     rng = random.Random(seed + 2)

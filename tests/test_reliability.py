@@ -847,8 +847,12 @@ import run
 
 def gloo_threads():
     tasks = '/proc/self/task'
-    names = [open(os.path.join(tasks, t, 'comm')).read().strip()
-             for t in (os.listdir(tasks) if os.path.isdir(tasks) else [])]
+    names = []
+    for t in (os.listdir(tasks) if os.path.isdir(tasks) else []):
+        try:  # a thread may end between the listing and the reading
+            names.append(open(os.path.join(tasks, t, 'comm')).read().strip())
+        except FileNotFoundError:
+            pass
     return sorted(name for name in names if 'gloo' in name)
 
 atexit.register(lambda: print('gloo threads at exit:', gloo_threads(), flush=True))

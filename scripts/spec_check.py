@@ -217,17 +217,10 @@ def check(report, edition, docs, pairs):
             continue
         split.append((len(content), n))
 
-    if truncated and fails['truncation_length'] is None:
-        lo, hi = min(truncated), max(truncated)
-        if (lo, hi) != (4, longest):
-            fails['truncation_length'] = (f'lengths drawn span {lo}..{hi} in {len(truncated)} '
-                                          f'draws, not 4..{longest}')
     for name, example in fails.items():
         results[name] = (example is None, example or 'every draw')
-    if truncated and fails['truncation_length'] is None:
-        results['truncation_length'] = (True, f'{min(truncated)}..{max(truncated)}')
-    if not truncated:
-        results['truncation_length'] = (False, fails['truncation_length'] or 'no usable draw')
+    results['truncation_length'] = truncation_check(truncated, longest,
+                                                    fails['truncation_length'])
     # judged only on strings that split into prefix, suffix and masked content
     if not paired:
         results['rearranged'] = (None, 'not judged: no draw has two \u2047')
@@ -236,6 +229,19 @@ def check(report, edition, docs, pairs):
                                             'and masked content'))
     results['name_dataset'] = check_names(report, stoi, pairs, block_size)
     return {name: results[name] for name in PROPERTIES}
+
+
+def truncation_check(truncated, longest, first_failure):
+    """Every truncated length within [4, longest] (else the first draw outside), and both ends
+    drawn: a dataset that can draw every length does, in thousands of draws."""
+    if first_failure is not None:
+        return False, first_failure
+    if not truncated:
+        return False, 'no usable draw'
+    lo, hi = min(truncated), max(truncated)
+    if (lo, hi) != (4, longest):
+        return False, f'lengths drawn span {lo}..{hi} in {len(truncated)} draws, not 4..{longest}'
+    return True, f'{lo}..{hi}'
 
 
 def masked_mean_check(masked, truncated):

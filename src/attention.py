@@ -170,8 +170,9 @@ class KVCache:
     def write(self, k, v, positions=None):
         """Store k, v (B, nh, T, hs) of the columns at `positions` (B, T), or at 0..T-1 when
         positions is None. Returns the keys and values of positions 0..max(positions) (with
-        trim; else all `size`), (B, nh, S, hs): no row sees beyond max(positions). k is None for the synthesizer, which has no keys.
-        Entries not written yet are zeros (and hidden from every query)."""
+        trim; else all `size`), (B, nh, S, hs): no row sees beyond max(positions). k is None for
+        the synthesizer, which has no keys. Entries not written yet are zeros (and hidden from
+        every query)."""
         if positions is None:
             self.v = v.new_zeros(v.size(0), v.size(1), self.size, v.size(3))
             self.v[:, :, :v.size(2)] = v

@@ -20,6 +20,11 @@ import traceback
 
 import torch  # before the limits: the import itself needs more address space than a dataset
 
+try:  # seeded too: some datasets draw with numpy's generator
+    import numpy
+except ImportError:
+    numpy = None
+
 
 def limit_resources(cpu_seconds, memory_mb):
     """From here on: `cpu_seconds` more of CPU time (SIGXCPU ends the process) and `memory_mb`
@@ -50,12 +55,19 @@ def error(stage, e):
 
 
 def probe(request):
-    out = {}
+    """The report on the submission's src/dataset.py (imported from the working directory)."""
     try:
         sys.path.insert(0, os.path.abspath('src'))
         import dataset
     except BaseException as e:  # SystemExit too: a module that exits on import
         return error('import dataset', e)
+    return draw(request, dataset)
+
+
+def draw(request, dataset):
+    """The report on the module `dataset`: its vocabulary, the requested draws ([idx, x, y], or
+    [idx, error] for a draw that raised), its NameDataset's items."""
+    out = {}
     try:
         ds = dataset.CharCorruptionDataset(request['corpus'], request['block_size'])
         out['stoi'] = sorted((str(k), int(v)) for k, v in ds.stoi.items())
@@ -66,13 +78,17 @@ def probe(request):
         return error('CharCorruptionDataset(corpus, block_size)', e)
     random.seed(request['seed'])
     torch.manual_seed(request['seed'])
+    if numpy is not None:
+        numpy.random.seed(request['seed'] % 2**32)
     draws = []
-    try:
-        for idx in request['draws']:
+    for idx in request['draws']:  # a draw that raises is [idx, the error]; the others go on
+        try:
             x, y = ds[idx]
             draws.append([idx, as_ids(x), as_ids(y)])
-    except BaseException as e:
-        out.update(error(f'CharCorruptionDataset[{idx}]', e))
+        except MemoryError:
+            raise
+        except BaseException as e:  # SystemExit too
+            draws.append([idx, error(f'CharCorruptionDataset[{idx}]', e)['error']])
     out['draws'] = draws
     try:
         names = dataset.NameDataset(ds, request['names'])

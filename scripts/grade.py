@@ -58,6 +58,7 @@ THRESHOLDS = {
              ('rope.pretrain.test >= 30%', 'rope.pretrain.test.predictions', 30)],
 }
 THRESHOLD_FILES = {label: name for rows in THRESHOLDS.values() for label, name, _ in rows}
+LONDON = 'london_baseline_accuracy.txt'
 HANDOUT_BOTTLENECK = 64  # the perceiver handout's commands pass --bottleneck_dim 64
 PREDICTIONS_CAP = 1 << 20  # bytes; 500 predictions take a few kB
 SHOWN_DIFFERENCES = 3
@@ -124,25 +125,32 @@ class Grader:
             r['errors'].append(f'refused: {e}')
             return r
         edition = self.edition_of(folder, r)
-        if edition is None:
-            return r
-        r['edition'], r['handout'] = edition, submission.HANDOUT[edition]
-        self.check_layout(folder, edition, r)
-        if 'london_baseline_accuracy.txt' in submission.required_files(edition):
-            self.check_london(os.path.join(folder, 'london_baseline_accuracy.txt'), r)
-        valid = self.check_predictions(folder, edition, r)
-        self.check_params(folder, edition, valid if 'reproduction' not in self.args.skip else {}, r)
-        if 'dataset' not in self.args.skip:
+        if edition is not None:
+            r['edition'], r['handout'] = edition, submission.HANDOUT[edition]
+            self.check_layout(folder, edition, r)
+            if 'london_baseline_accuracy.txt' in submission.required_files(edition):
+                self.check_london(folder, r)
+            valid = self.check_predictions(folder, edition, r)
+            self.check_params(folder, edition,
+                              valid if 'reproduction' not in self.args.skip else {}, r)
+        if 'dataset' not in self.args.skip:  # judged whatever else is missing
             self.check_dataset(folder, edition, work, r)
         return r
 
     def edition_of(self, folder, r):
+        """The edition to grade by: --edition, else the one whose variant files are there, else
+        the one src/ shows (submission.edition_from_src); None when none can be told (the
+        error says why)."""
         try:
             found = submission.detect_edition(folder)
         except submission.SubmissionError as e:
-            found = None
-            if self.args.edition is None:
-                r['errors'].append(str(e).replace(folder, 'the submission'))
+            found, sign = submission.edition_from_src(folder)
+            if found is not None:
+                r['notes'].append(f'edition {found} ({submission.HANDOUT[found]}) read from src/: '
+                                  f'{sign}')
+            elif self.args.edition is None:
+                r['errors'].append(str(e).replace(folder, 'the submission')
+                                   + '; nor does src/ show it')
                 return None
         edition = self.args.edition or found
         if found is not None and found != edition:
@@ -156,12 +164,13 @@ class Grader:
         return edition
 
     def check_layout(self, folder, edition, r):
-        wanted = submission.required_files(edition) + submission.HANDOUT_SRC
-        if submission.ZIPS_DATA[edition]:
-            wanted += submission.DATA_FILES
+        wanted = (submission.required_files(edition) + submission.starter_src(edition)
+                  + submission.zipped_data(edition))
         problems = []
         for name in wanted:
             path = os.path.join(folder, name)
+            if name == LONDON and not os.path.isfile(path) and self.london_file(folder):
+                continue  # misplaced in src/: check_london says so and reads it
             if not os.path.isfile(path):
                 problems.append(f'{name}: missing')
             elif os.path.getsize(path) == 0:
@@ -172,11 +181,25 @@ class Grader:
         r['errors'] += problems
         r['layout_ok'] = not problems
 
-    def check_london(self, path, r):
-        """The rope edition's london_baseline_accuracy.txt: the London baseline's dev accuracy."""
-        if not os.path.isfile(path) or os.path.getsize(path) == 0:
+    @staticmethod
+    def london_file(folder):
+        """Where the submission's london_baseline_accuracy.txt is: at the top (the handout's
+        place), else in src/ (where running src/london_baseline.py from src/ leaves it), else None."""
+        for name in (LONDON, 'src/' + LONDON):
+            if os.path.isfile(os.path.join(folder, name)):
+                return name
+        return None
+
+    def check_london(self, folder, r):
+        """The rope edition's london_baseline_accuracy.txt: the London baseline's dev accuracy,
+        in percent (the handout's london_baseline.py writes 5.0)."""
+        name = self.london_file(folder)
+        if name is None or os.path.getsize(os.path.join(folder, name)) == 0:
             return  # named by the layout
-        name = os.path.basename(path)
+        path = os.path.join(folder, name)
+        if name != LONDON:
+            r['warnings'].append(f'{LONDON} is misplaced: found in src/, the handout\'s '
+                                 'collect_submission.sh zips it from the top folder; read from there')
         try:
             if os.path.getsize(path) > 100:
                 raise ValueError
@@ -186,19 +209,23 @@ class Grader:
             r['errors'].append(f'{name}: not one number')
             return
         if self.london is not None and abs(value - self.london) > 1e-6:
+            fraction = abs(100 * value - self.london) <= 1e-6
             r['errors'].append(f'{name} says {value:g}; predicting London for every question of '
-                               f'{os.path.basename(self.gold["dev"])} gives {self.london:g}')
+                               f'{os.path.basename(self.gold["dev"])} gives {self.london:g}'
+                               + (' (percent): it holds a fraction where the handout writes a '
+                                  'percentage' if fraction else ''))
 
     def check_predictions(self, folder, edition, r):
         """Accuracy and thresholds; returns {file name: its lines} of the files with one line
         per question."""
-        valid = {}
+        valid, missing = {}, set()
         for name in submission.required_files(edition):
             if not name.endswith('.predictions'):
                 continue
             split = name.split('.')[-2]
             path = os.path.join(folder, name)
             if not os.path.isfile(path) or os.path.getsize(path) == 0:
+                missing.add(name)
                 continue  # named by the layout
             want = len(self.prompts[split])
             size = os.path.getsize(path)
@@ -226,10 +253,14 @@ class Grader:
                     r['accuracy'][name] = round(100 * correct / total, 2)
         for label, name, percent in THRESHOLDS[edition]:
             split = name.split('.')[-2]
-            if self.gold[split] is None:
+            if name in missing:
+                r['thresholds'][label] = 'missing'
+            elif self.gold[split] is None:
                 r['thresholds'][label] = None  # no answers to judge by
+            elif name not in r['accuracy']:
+                r['thresholds'][label] = 'unreadable'  # its error says why
             else:
-                r['thresholds'][label] = r['accuracy'].get(name, -1) >= percent
+                r['thresholds'][label] = r['accuracy'][name] >= percent
         return valid
 
     def check_params(self, folder, edition, valid, r):
@@ -279,16 +310,22 @@ class Grader:
                 for i in differ[:SHOWN_DIFFERENCES]]
 
     def check_dataset(self, folder, edition, work, r):
+        """The spec's properties of src/dataset.py, judged by `edition`'s handout (None: the
+        lengths of any edition pass)."""
         src = os.path.join(folder, 'src')
-        setting = submission.EDITION_SETTING[edition]
+        warnings = []
         if not os.path.isfile(os.path.join(src, 'dataset.py')):
             results = {p: (False, 'no src/dataset.py') for p in spec_check.PROPERTIES}
         else:
             request, docs, pairs = self.request()
             report, why = spec_check.run_probe(src, os.path.join(work, 'sandbox'), request,
                                                self.args.dataset_wall_seconds)
-            results = ({p: (False, why) for p in spec_check.PROPERTIES} if report is None
-                       else spec_check.check(report, setting, docs, pairs))
+            if report is None:
+                results = {p: (False, why) for p in spec_check.PROPERTIES}
+            else:
+                results, warnings = spec_check.check(report, edition, docs, pairs,
+                                                     self.args.masked_band)
+        r['warnings'] += warnings
         r['dataset'] = {p: ok for p, (ok, _) in results.items()}
         r['dataset_details'] = {p: detail for p, (_, detail) in results.items()}
 
@@ -296,8 +333,8 @@ class Grader:
 def empty_result(path):
     """A submission's result before any check (the keys of --json, README)."""
     return dict(submission=path, edition=None, handout=None, layout_ok=False, errors=[],
-                extra_files=[], accuracy={}, thresholds={}, params={}, reproduced={},
-                differences={}, dataset={}, dataset_details={})
+                warnings=[], notes=[], extra_files=[], accuracy={}, thresholds={}, params={},
+                reproduced={}, differences={}, dataset={}, dataset_details={})
 
 
 def _data_file(folder, name):
@@ -329,7 +366,9 @@ def find_submissions(paths_given):
 def summary(r):
     """One line per submission for the terminal."""
     if r['edition'] is None:
-        return f'{r["submission"]}: {r["errors"][0] if r["errors"] else "not graded"}'
+        passed = sum(ok is True for ok in r['dataset'].values())
+        return (f'{r["submission"]}: {r["errors"][0] if r["errors"] else "not graded"}'
+                + (f'; dataset {passed}/{len(r["dataset"])}' if r['dataset'] else ''))
     acc = ', '.join(f'{k.replace(".predictions", "")} {v:g}%' for k, v in r['accuracy'].items())
     rep = min(r['reproduced'].values()) if r['reproduced'] else None
     passed = sum(ok is True for ok in r['dataset'].values())
@@ -352,7 +391,8 @@ def report_md(results):
             out.append(f'- {name}: {value:g}%')
         for name, ok in r['thresholds'].items():
             figure = r['accuracy'].get(THRESHOLD_FILES[name])
-            verdict = ('not judged (no --test_answers)' if ok is None else 'pass' if ok else 'FAIL')
+            verdict = ('not judged (no --test_answers)' if ok is None else ok if isinstance(ok, str)
+                       else 'pass' if ok else 'FAIL')
             out.append(f'- threshold {name}: {verdict}'
                        + ('' if figure is None else f' ({figure:g}%)'))
         for name, status in r['params'].items():
@@ -365,11 +405,15 @@ def report_md(results):
                        f'({r["dataset_details"][name]})')
         for e in r['errors']:
             out.append(f'- error: {e}')
+        for w in r['warnings']:
+            out.append(f'- warning: {w}')
+        for n in r['notes']:
+            out.append(f'- note: {n}')
         out.append('')
     return '\n'.join(out)
 
 
-CSV_FIELDS = ['submission', 'edition', 'layout_ok', 'errors']
+CSV_FIELDS = ['submission', 'edition', 'layout_ok', 'errors', 'warnings']
 
 
 def report_csv(results):
@@ -382,7 +426,8 @@ def report_csv(results):
     w = csv.writer(buf)
     w.writerow(CSV_FIELDS + list(cols))
     for r in results:
-        w.writerow([r['submission'], r['edition'] or '', r['layout_ok'], '; '.join(r['errors'])]
+        w.writerow([r['submission'], r['edition'] or '', r['layout_ok'], '; '.join(r['errors']),
+                    '; '.join(r['warnings'])]
                    + ['' if r[key].get(name) is None else r[key][name]
                       for key, name in cols.values()])
     return buf.getvalue()
@@ -418,6 +463,9 @@ def parse_args(argv=None):
                         help='examples drawn from the CharCorruptionDataset (default %(default)s)')
     checks.add_argument('--seed', type=int, default=spec_check.DEFAULTS['seed'],
                         help='seed of the made-up corpus and of the draws')
+    checks.add_argument('--masked_band', type=float, default=spec_check.DEFAULTS['masked_band'],
+                        help='characters the mean masked length may stray from a quarter of the '
+                             'truncated length (default %(default)s)')
     checks.add_argument('--dataset_cpu_seconds', type=int,
                         default=spec_check.DEFAULTS['cpu_seconds'],
                         help='CPU seconds the submission\'s dataset code may use (default %(default)s)')
@@ -430,9 +478,15 @@ def parse_args(argv=None):
 
 
 def check_args(args):
-    for flag in ('draws', 'dataset_cpu_seconds', 'dataset_memory_mb', 'dataset_wall_seconds'):
+    for flag in ('dataset_cpu_seconds', 'dataset_memory_mb', 'dataset_wall_seconds'):
         if getattr(args, flag) <= 0:
             raise UsageError(f'--{flag} must be positive, not {getattr(args, flag)}')
+    if args.draws < spec_check.MIN_DRAWS:
+        raise UsageError(f'--draws must be at least {spec_check.MIN_DRAWS:,} (fewer cannot tell '
+                         f'a correct dataset\'s truncation range), not {args.draws}')
+    if not 0 <= args.masked_band < 100:  # also refuses nan
+        raise UsageError(f'--masked_band must be a number of characters in [0, 100), not '
+                         f'{args.masked_band}')
     if not os.path.isdir(args.data_dir):
         raise UsageError(f'--data_dir {args.data_dir}: no such folder')
     if args.test_answers is not None and not os.path.isfile(args.test_answers):

@@ -31,11 +31,13 @@ wiki, train, dev, test, variant = sys.argv[1:6]
 quick = ['--max_epochs', '1', '--precision', 'fp32']
 for model, params, preds in [('vanilla', 'vanilla.model.params', 'vanilla.nopretrain'),
                              (variant, variant + '.finetune.params', variant + '.pretrain')]:
+    size = ['--bottleneck_dim', '64'] if model == 'perceiver' else []  # the handout's commands
     run.main(['finetune', model, wiki, '--writing_params_path', params,
-              '--finetune_corpus_path', train] + quick)
+              '--finetune_corpus_path', train] + quick + size)
     for split, path in (('dev', dev), ('test', test)):
         run.main(['evaluate', model, wiki, '--reading_params_path', params,
-                  '--eval_corpus_path', path, '--outputs_path', f'{{preds}}.{{split}}.predictions'])
+                  '--eval_corpus_path', path, '--outputs_path', f'{{preds}}.{{split}}.predictions']
+                 + size)
 shutil.copyfile('vanilla.model.params', 'vanilla.finetune.params')
 for split in ('dev', 'test'):
     shutil.copyfile(f'vanilla.nopretrain.{{split}}.predictions',

@@ -7,8 +7,10 @@ group is killed. It is never imported into the grader. The child only reports wh
 returned; the properties are judged here, on that plain data.
 
 The corpus is made up here from a seed (never wiki.txt, so a dataset that special-cases the real
-data gains nothing): documents longer than the longest truncation, with non-ASCII characters,
-and questions for NameDataset in the handout's format.
+data gains nothing): documents of 0 to 400 characters, with non-ASCII characters, and questions
+for NameDataset in the handout's format. Where the handouts' text and their own examples or
+slicing disagree (LENGTHS, a third ⁇ after the masked content), both readings pass and the
+detail names the one followed.
 """
 import json
 import math
@@ -38,28 +40,37 @@ PROPERTIES = {
     'rearranged': 'prefix \u2047 suffix \u2047 masked_content, with prefix + masked_content + '
                   'suffix the document truncated',
     'pad_fill': 'the rest of the string is \u25A1, and no \u25A1 before it',
-    'truncation_length': 'truncated length within [4, int(block_size*7/8)], both ends drawn',
-    'masked_length_mean': 'masked length 1/4 of the truncated length on average',
+    'truncation_length': 'truncated length within [4, int(block_size*7/8)] (or the whole of a '
+                         'shorter document), both ends drawn',
+    'masked_length_mean': 'masked length 1/4 of the truncated length on average (within a band '
+                          'of characters), and random',
     'name_dataset': 'NameDataset\'s x and y as the handout gives them',
 }
-DEFAULTS = dict(draws=10000, cpu_seconds=60, memory_mb=2048, wall_seconds=300, seed=0)
-REPORT_CAP = 64 << 20  # bytes of report read from the child; a real one is about 10 MB
+MIN_DRAWS = 2000  # below it a correct dataset may miss an end of the truncation range (p > 1e-6)
+DEFAULTS = dict(draws=40000, cpu_seconds=60, memory_mb=2048, wall_seconds=300, seed=0,
+                masked_band=1.25)
+REPORT_CAP = 96 << 20  # bytes of report read from the child; 40,000 draws take about 36 MB
 FILE_CAP = 64 << 20  # the largest file the child may write (RLIMIT_FSIZE)
 
 
 def make_corpus(seed, documents=300):
-    """(corpus text, its documents): made-up words in lines of 150-400 characters."""
+    """(corpus text, its documents): made-up words, in documents of every kind a corpus has: one
+    of each length 0 to 3 (wiki.txt's last document is empty: split('\n') after its final
+    newline), a fifth of them 4 to 111 characters (shorter than the longest truncation, as a
+    third of wiki.txt is), the rest 150 to 400."""
     rng = random.Random(seed)
     letters = string.ascii_letters + 'éüñø'
     chars = letters + string.digits + " .,;?()'-\u2013"
     docs = [' '.join(chars)]  # every character at least once
+    docs += [''.join(rng.choice(letters) for _ in range(n)) for n in range(4)]
     while len(docs) < documents:
         words = []
-        target = rng.randint(150, 400)
+        target = rng.randint(4, 111) if rng.random() < 0.2 else rng.randint(150, 400)
         while sum(len(w) + 1 for w in words) < target:
             words.append(''.join(rng.choice(letters if rng.random() < 0.9 else chars)
                                  for _ in range(rng.randint(1, 10))))
         docs.append(' '.join(words)[:target])
+    rng.shuffle(docs)
     return '\n'.join(docs), docs
 
 
@@ -151,14 +162,28 @@ def _short(text, n=90):
     return text if len(text) <= n else text[:n] + '…'
 
 
-def check(report, edition, docs, pairs):
-    """{property: (passed, a failing example or a figure)} for a probe report. passed is None
-    for a property that no draw lets us judge (the masked length, when no string has two
-    \u2047); every property fails, with the reason, when the dataset could not be built or
-    drawn from."""
+# x and y's lengths each edition's handout allows: its comment says "of length self.block_size",
+# its slicing gives block_size - 1. The 2021-22 synthesizer's w2 has block_size - 1 columns, so
+# only 127 trains there; both train in 2022-23; the RoPE starter settled on 128.
+LENGTHS = {'synthesizer': {127: 'block_size - 1, as its slicing gives'},
+           'perceiver': {127: 'block_size - 1, as its slicing gives',
+                         128: 'block_size, as its comment says; 2022-23 trains with either'},
+           'rope': {128: 'block_size, as the 2024-25 starter'}}
+SHORT = 4  # documents shorter than this: the spec is silent about them
+FIXED_FROM, FIXED_DRAWS, FIXED_LENGTHS = 16, 5, 10  # the fixed-masked-length test, see fixed_lengths
+
+
+def check(report, edition, docs, pairs, band=DEFAULTS['masked_band']):
+    """({property: (passed, a failing example or the figure behind a pass)}, [warnings]) for a
+    probe report. `edition` is the submission's (synthesizer, perceiver, rope; None when it could
+    not be told: any edition's lengths pass). passed is None for a property that no draw lets us
+    judge. Where the handout's text and its own examples disagree, both readings pass and the
+    detail says which one the dataset follows. A draw that raises on a document shorter than 4
+    characters is a warning (the spec is silent about them; the 2021-23 wiki.txt has an empty
+    one); on any other document every draw property fails with the error."""
     if 'error' in report:
-        return {name: (False, report['error']) for name in PROPERTIES}
-    results = {}
+        return {name: (False, report['error']) for name in PROPERTIES}, []
+    results, warnings = {}, []
     corpus_chars = sorted(set('\n'.join(docs)))
     want = [(PAD_CHAR, 0), (MASK_CHAR, 1)] + [(c, i + 2) for i, c in enumerate(corpus_chars)]
     stoi = {c: i for c, i in report.get('stoi', [])}
@@ -173,12 +198,14 @@ def check(report, edition, docs, pairs):
     results['vocab'] = (not wrong, wrong[0] if wrong else f'{len(want)} ids')
 
     block_size = presets.BLOCK_SIZE
-    length = block_size - 1 + presets.EDITIONS[edition]['extra_pad']
+    lengths = LENGTHS.get(edition) or {n: why for e in LENGTHS.values() for n, why in e.items()}
     longest = int(block_size * 7 / 8)
     fails = {name: None for name in PROPERTIES
              if name not in ('vocab', 'name_dataset', 'masked_length_mean')}
-    truncated, split = [], []  # every usable draw's truncated length; (masked, truncated)
-    paired = 0  # draws with two \u2047
+    truncated, split = [], []  # (truncated length, document length); (masked, truncated)
+    seen_lengths, trailing = set(), 0  # x lengths; strings with a third ⁇ after the content
+    paired = 0  # draws with two ⁇ (three with the examples' trailing one)
+    short_errors = {}
 
     def fail(name, idx, text):
         if fails[name] is None:
@@ -187,13 +214,24 @@ def check(report, edition, docs, pairs):
     def decode(ids):
         return ''.join(itos.get(i, '\ufffd') for i in ids)
 
-    for idx, (xt, xs, x), (yt, ys, y) in report.get('draws', []):
+    for draw in report.get('draws', []):
+        idx = draw[0]
+        if len(draw) == 2:  # [idx, error]: the dataset raised on this document
+            if len(docs[idx]) < SHORT:
+                short_errors.setdefault(len(docs[idx]), draw[1])
+                continue
+            for name in fails:
+                fail(name, idx, draw[1])
+            continue
+        (xt, xs, x), (yt, ys, y) = draw[1], draw[2]
         if xt != 'torch.int64' or yt != 'torch.int64' or len(xs or []) != 1 or len(ys or []) != 1:
             fail('tensors', idx, f'x is {xt} {xs}, y is {yt} {ys}')
             continue
-        if len(x) != length or len(y) != length:
-            fail('lengths', idx, f'len(x) {len(x)}, len(y) {len(y)}, expected {length} '
-                                 f'({edition} edition)')
+        seen_lengths.add(len(x))
+        if len(x) != len(y) or len(x) not in lengths:
+            fail('lengths', idx, f'len(x) {len(x)}, len(y) {len(y)}, expected '
+                                 f'{" or ".join(map(str, sorted(lengths)))} '
+                                 f'({edition or "any"} edition)')
         if x[1:] != y[:-1]:
             fail('shifted', idx, f'x[1:] {_short(decode(x[1:]))!r} != y[:-1] '
                                  f'{_short(decode(y[:-1]))!r}')
@@ -202,11 +240,17 @@ def check(report, edition, docs, pairs):
         if PAD_CHAR in body:
             fail('pad_fill', idx, f'{_short(s)!r}')
         n = len(body) - body.count(MASK_CHAR)  # the truncated document's length
-        if not 4 <= n <= longest:
-            fail('truncation_length', idx, f'truncated to {n} characters')
-        truncated.append(n)
-        if s.count(MASK_CHAR) != 2:
-            fail('two_masks', idx, f'{s.count(MASK_CHAR)} \u2047 in {_short(s)!r}')
+        doc_length = len(docs[idx])
+        if not min(doc_length, SHORT) <= n <= min(doc_length, longest):
+            fail('truncation_length', idx, f'truncated to {n} characters'
+                 + (f' (the document has {doc_length})' if doc_length < longest else ''))
+        truncated.append((n, doc_length))
+        masks = s.count(MASK_CHAR)
+        if masks == 3 and body.endswith(MASK_CHAR):  # the starter's examples: ⁇masked⁇□□
+            trailing += 1
+            body = body[:-1]
+        elif masks != 2:
+            fail('two_masks', idx, f'{masks} \u2047 in {_short(s)!r}')
             continue
         paired += 1
         prefix, suffix, content = body.split(MASK_CHAR)
@@ -215,46 +259,94 @@ def check(report, edition, docs, pairs):
             fail('rearranged', idx, f'prefix + masked + suffix {_short(text)!r} is not the '
                                     f'start of the document {_short(docs[idx])!r}')
             continue
-        split.append((len(content), n))
+        if n >= SHORT:
+            split.append((len(content), n))
 
     for name, example in fails.items():
         results[name] = (example is None, example or 'every draw')
+    if results['lengths'][0] and seen_lengths:
+        results['lengths'] = (True, '; '.join(f'{n} ({lengths[n]})' for n in sorted(seen_lengths)))
+    if results['two_masks'][0] and trailing:
+        results['two_masks'] = (True, f'every draw; {trailing} of {paired} end the masked content '
+                                      'with a third \u2047, as the starter\'s examples do')
     results['truncation_length'] = truncation_check(truncated, longest,
                                                     fails['truncation_length'])
     # judged only on strings that split into prefix, suffix and masked content
     if not paired:
         results['rearranged'] = (None, 'not judged: no draw has two \u2047')
-    results['masked_length_mean'] = (masked_mean_check(*zip(*split)) if split else
+    results['masked_length_mean'] = (masked_length_check(*zip(*split), band=band) if split else
                                      (None, 'not judged: no draw splits into prefix, suffix '
                                             'and masked content'))
     results['name_dataset'] = check_names(report, stoi, pairs, block_size)
-    return {name: results[name] for name in PROPERTIES}
+    for length, error in sorted(short_errors.items()):
+        warnings.append(f'CharCorruptionDataset raised on a document of {length} characters '
+                        f'({error}); the spec is silent about such documents, but its pretraining '
+                        'on the 2021-23 wiki.txt (whose last document is empty) would stop there')
+    return {name: results[name] for name in PROPERTIES}, warnings
 
 
 def truncation_check(truncated, longest, first_failure):
-    """Every truncated length within [4, longest] (else the first draw outside), and both ends
-    drawn: a dataset that can draw every length does, in thousands of draws."""
+    """Every truncated length within [4, longest], or the whole document when it is shorter
+    (else the first draw outside), and both ends drawn from the documents at least `longest`
+    long: a dataset that can draw every length does, in thousands of draws."""
     if first_failure is not None:
         return False, first_failure
-    if not truncated:
+    full = [n for n, doc_length in truncated if doc_length >= longest]
+    if not full:
         return False, 'no usable draw'
-    lo, hi = min(truncated), max(truncated)
-    if (lo, hi) != (4, longest):
-        return False, f'lengths drawn span {lo}..{hi} in {len(truncated)} draws, not 4..{longest}'
+    lo, hi = min(full), max(full)
+    if (lo, hi) != (SHORT, longest):
+        return False, (f'lengths drawn span {lo}..{hi} in {len(full)} draws of long documents, '
+                       f'not {SHORT}..{longest}')
     return True, f'{lo}..{hi}'
 
 
-def masked_mean_check(masked, truncated):
-    """Mean of (masked - truncated/4) near 0. Each term lies in an interval as wide as the
-    truncated length, so Hoeffding's inequality bounds the chance that a dataset whose masked
-    length averages a quarter strays by t: 2 exp(-2 N t^2 / W^2) = FAIL_PROBABILITY."""
+def bernstein_half_width(values, width, fail_probability=FAIL_PROBABILITY):
+    """h such that the mean of `values` (independent draws, each within an interval `width`
+    wide) strays from its expectation by more than h with probability below fail_probability:
+    the empirical Bernstein bound (Maurer and Pontil 2009, theorem 4), applied to each side
+    with half the probability. It shrinks with the sample's own variance, where Hoeffding's
+    bound assumes the widest; n must be at least 2."""
+    n = len(values)
+    mean = sum(values) / n
+    variance = sum((v - mean) ** 2 for v in values) / (n - 1)
+    log = math.log(4 / fail_probability)
+    return math.sqrt(2 * variance * log / n) + 7 * width * log / (3 * (n - 1))
+
+
+def fixed_lengths(masked, truncated):
+    """The truncated lengths at which every draw masked the same number of characters: (those
+    from FIXED_FROM on, with at least FIXED_DRAWS draws each; every one judged there; the others)."""
+    by_length = {}
+    for m, t in zip(masked, truncated):
+        by_length.setdefault(t, []).append(m)
+    judged = [t for t, ms in by_length.items() if t >= FIXED_FROM and len(ms) >= FIXED_DRAWS]
+    fixed = sorted(t for t, ms in by_length.items() if len(ms) >= 2 and len(set(ms)) == 1)
+    return [t for t in fixed if t >= FIXED_FROM], sorted(judged), [t for t in fixed if t < FIXED_FROM]
+
+
+def masked_length_check(masked, truncated, band=DEFAULTS['masked_band']):
+    """The masked length is a quarter of the truncated length on average, random: the mean gap
+    (masked - truncated/4) over the draws, with its interval (bernstein_half_width), overlaps
+    [-band, band] characters, so a dataset whose expected gap lies inside the band fails with
+    probability below FAIL_PROBABILITY; and the length is not fixed at every truncated length
+    from FIXED_FROM on (a formula like n // 4). Fixed at the shortest lengths is reported only:
+    the spec leaves no room there (a 4-character document masks 1)."""
     n = len(masked)
-    width = max(truncated)
-    tolerance = width * math.sqrt(math.log(2 / FAIL_PROBABILITY) / (2 * n))
-    gap = sum(m - t / 4 for m, t in zip(masked, truncated)) / n
-    figure = (f'mean masked {sum(masked) / n:.2f} vs truncated/4 {sum(truncated) / n / 4:.2f} '
-              f'characters (tolerance {tolerance:.2f}, {n} draws)')
-    return abs(gap) <= tolerance, figure
+    gaps = [m - t / 4 for m, t in zip(masked, truncated)]
+    gap = sum(gaps) / n
+    half = bernstein_half_width(gaps, max(truncated)) if n >= 2 else math.inf
+    figure = (f'mean gap masked - truncated/4 {gap:+.2f} characters, interval '
+              f'[{gap - half:+.2f}, {gap + half:+.2f}], band \u00b1{band:g} ({n} draws)')
+    fixed, judged, short = fixed_lengths(masked, truncated)
+    if len(judged) >= FIXED_LENGTHS and fixed == judged:
+        t = judged[len(judged) // 2]
+        m = masked[truncated.index(t)]
+        return False, (f'the masked length is fixed at every truncated length from {FIXED_FROM} '
+                       f'on (e.g. always {m} at {t}): not random; {figure}')
+    if short:
+        figure += f'; fixed at truncated lengths {", ".join(map(str, short))} (allowed)'
+    return abs(gap) - half <= band, figure
 
 
 def check_names(report, stoi, pairs, block_size):

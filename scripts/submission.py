@@ -3,12 +3,14 @@
     bash collect_submission.sh [--edition synthesizer|perceiver|rope] [--dir DIR] [--output ZIP]
 
 Editions (what the handouts' "Submission Instructions" and scripts list), named by their variant:
-  synthesizer (2021-22), perceiver (2022-23): assignment5_submission.zip with src/, the data files,
-      the vanilla files (COMMON) and the variant's finetuned params and dev/test predictions;
+  synthesizer (2021-22), perceiver (2022-23): assignment5_submission.zip with src/, birth_dev.tsv,
+      birth_places_train.tsv, wiki.txt (not birth_test_inputs.tsv), the vanilla files (COMMON)
+      and the variant's finetuned params and dev/test predictions;
   rope (2024-25): assignment4_submission.zip with src/, the same params and predictions and
       london_baseline_accuracy.txt (written by python src/london_baseline.py), no data.
 Without --edition the edition is the one whose files are in the folder; when several or none are
-there it says so and stops.
+there it says so and stops. A grader without the variant's files reads the edition from src/
+(edition_from_src).
 
 Checks before zipping: every params and predictions file exists and is not empty; each
 *.dev.predictions has one line per line of birth_dev.tsv (500) and each *.test.predictions one per
@@ -27,6 +29,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, 'src'))
 from paths import output_problem  # noqa: E402 (standard library only, as this module)
 DATA_FILES = ['wiki.txt', 'birth_places_train.tsv', 'birth_dev.tsv', 'birth_test_inputs.tsv']
+# what the 2021-23 handouts' collect_submission.sh zips of the data, in its order; birth_test_inputs.tsv
+# is read here only to count the test predictions' lines
+ZIPPED_DATA = ['birth_dev.tsv', 'birth_places_train.tsv', 'wiki.txt']
 SPLIT_TSV = {'dev': 'birth_dev.tsv', 'test': 'birth_test_inputs.tsv'}
 COMMON = ['vanilla.model.params', 'vanilla.nopretrain.dev.predictions',
           'vanilla.nopretrain.test.predictions', 'vanilla.finetune.params',
@@ -37,9 +42,6 @@ EDITIONS = {v: [f'{v}.finetune.params', f'{v}.pretrain.dev.predictions',
 HANDOUT = {'synthesizer': '2021-22', 'perceiver': '2022-23', 'rope': '2024-25'}
 ZIP_NAME = {'synthesizer': 'assignment5_submission.zip', 'perceiver': 'assignment5_submission.zip',
             'rope': 'assignment4_submission.zip'}
-# the starter code's files, which every edition's src/ holds (the grader checks they are there)
-HANDOUT_SRC = [f'src/{name}.py' for name in
-               ('attention', 'dataset', 'london_baseline', 'model', 'run', 'trainer', 'utils')]
 EXTRA = {'rope': ['london_baseline_accuracy.txt']}  # zipped too, beyond the variant's files
 ZIPS_DATA = {'synthesizer': True, 'perceiver': True, 'rope': False}
 # The zipped src/edition.txt says the zip's edition (presets.EDITIONS' names), whatever the
@@ -51,6 +53,59 @@ EDITION_SETTING = {'synthesizer': '2021-23', 'perceiver': '2021-23', 'rope': '20
 
 class SubmissionError(Exception):
     """Bad usage or an unclear edition: one `error:` line, exit status 2."""
+
+
+def starter_src(edition):
+    """The starter code's files, which a submission's src/ holds: the rope edition renamed
+    model.py to models.py."""
+    model = 'models' if edition == 'rope' else 'model'
+    return [f'src/{name}.py' for name in
+            ('attention', 'dataset', 'london_baseline', model, 'run', 'trainer', 'utils')]
+
+
+def zipped_data(edition):
+    """The data files the edition's handout zips (none for rope)."""
+    return ZIPPED_DATA if ZIPS_DATA[edition] else []
+
+
+def _read_text(path, cap=1 << 20):
+    """The first `cap` bytes of a file as text ('' when missing or unreadable)."""
+    try:
+        with open(path, 'rb') as f:
+            return f.read(cap).decode('utf-8', errors='replace')
+    except OSError:
+        return ''
+
+
+# What a student's src/ shows of its edition when no variant file does, first match wins: only the
+# RoPE starter renamed model.py to models.py and has precompute_rotary_emb; only the 2022-23
+# starter's model.py has the perceiver's blocks (its attention.py may keep the synthesizer's class);
+# only the 2021-22 starter has SynthesizerAttention besides.
+SRC_SIGNS = [
+    ('rope', 'src/models.py without src/model.py',
+     lambda src: os.path.isfile(os.path.join(src, 'models.py'))
+     and not os.path.exists(os.path.join(src, 'model.py'))),
+    ('perceiver', 'DownProjectBlock in src/model.py',
+     lambda src: 'DownProjectBlock' in _read_text(os.path.join(src, 'model.py'))),
+    ('synthesizer', 'SynthesizerAttention in src/attention.py',
+     lambda src: 'SynthesizerAttention' in _read_text(os.path.join(src, 'attention.py'))),
+    ('rope', 'precompute_rotary_emb in src/attention.py',
+     lambda src: 'precompute_rotary_emb' in _read_text(os.path.join(src, 'attention.py'))),
+]
+
+
+def edition_from_src(folder):
+    """(edition, the sign read) from the submission's src/ (its src/edition.txt first, then the
+    starter's code: SRC_SIGNS), or (None, None)."""
+    src = os.path.join(folder, 'src')
+    stamp = checkout_setting(folder)
+    candidates = [e for e, setting in EDITION_SETTING.items() if setting == stamp] or list(EDITIONS)
+    for edition, sign, holds in SRC_SIGNS:
+        if edition in candidates and holds(src):
+            return edition, sign
+    if len(candidates) == 1:
+        return candidates[0], f'{EDITION_FILE} says {stamp}'
+    return None, None
 
 
 def required_files(edition):
@@ -175,7 +230,7 @@ def collect(args, repo=REPO):
     problems, data = check(folder, edition, repo)
     out = args.output or ZIP_NAME[edition]
     members = [m for m in src_members(src) if m[1] != EDITION_FILE]
-    members += [(data[name], name) for name in DATA_FILES if ZIPS_DATA[edition] and name in data]
+    members += [(data[name], name) for name in zipped_data(edition) if name in data]
     members += [(os.path.join(folder, name), name) for name in required]
     problem = output_problem(out, [(name, path) for path, name in members])
     if problem is not None:
@@ -189,7 +244,7 @@ def collect(args, repo=REPO):
                   file=sys.stderr)
         return 1
 
-    data_members = DATA_FILES if ZIPS_DATA[edition] else []
+    data_members = zipped_data(edition)
     stamp = EDITION_SETTING[edition]
     write_zip(out, members, [(EDITION_FILE, stamp + '\n')])
     print(f'wrote {out}: {len(members) + 1} files (src/ + {len(data_members)} data files + '

@@ -14,6 +14,9 @@ ZIP = 'assignment5_submission.zip'
 ZIP4 = 'assignment4_submission.zip'  # the 2024-25 (rope) edition's
 DEV_LINES, TEST_LINES = 500, 437
 DATA = ['wiki.txt', 'birth_places_train.tsv', 'birth_dev.tsv', 'birth_test_inputs.tsv']
+# what the 2021-23 handouts' script zips of them: `zip -r ... src/ birth_dev.tsv
+# birth_places_train.tsv wiki.txt ...` (birth_test_inputs.tsv only counts the test lines)
+ZIPPED_DATA = ['birth_dev.tsv', 'birth_places_train.tsv', 'wiki.txt']
 COMMON = ['vanilla.model.params', 'vanilla.nopretrain.dev.predictions',
           'vanilla.nopretrain.test.predictions', 'vanilla.finetune.params',
           'vanilla.pretrain.dev.predictions', 'vanilla.pretrain.test.predictions']
@@ -88,15 +91,16 @@ def workdir(tmp_path):
                                               ('perceiver', False), ('perceiver', True),
                                               ('rope', False), ('rope', True)])
 def test_complete_submission_is_zipped(workdir, edition, explicit):
-    """2021-23: assignment5_submission.zip with src/, the data and the files; 2024-25 (rope):
-    assignment4_submission.zip with src/, the files and london_baseline_accuracy.txt, no data."""
+    """2021-23: assignment5_submission.zip with src/, the handout's three data files and the files;
+    2024-25 (rope): assignment4_submission.zip with src/, the files and
+    london_baseline_accuracy.txt, no data."""
     make_outputs(workdir, edition)
     r = run(workdir, *(['--edition', edition] if explicit else []))
     assert r.returncode == 0, r.stdout + r.stderr
     assert f'edition: {edition}' in r.stdout
     zipped = zip_name(edition)
     assert leftovers(workdir) == [zipped]
-    data = DATA if edition != 'rope' else []
+    data = ZIPPED_DATA if edition != 'rope' else []
     with zipfile.ZipFile(workdir / zipped) as z:
         assert z.testzip() is None
         names = set(z.namelist())

@@ -1,0 +1,145 @@
+"""The dataset check of scripts/grade.py on what students really write
+(scripts/student_datasets.py): the readings the handouts allow pass and say which they follow, the masked length is judged in
+characters against a band, documents of 0-3 characters only warn, and the figures repeat.
+
+Most cases draw in this process (dataset_probe.draw, the probe's own code, on a module imported
+from the case's text) so that the default number of draws stays affordable; the sandboxed child
+(spec_check.run_probe) is exercised where the seeding of the child matters."""
+import itertools
+import math
+import os
+import random
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, 'scripts'))
+import spec_check  # noqa: E402
+import student_datasets  # noqa: E402
+
+DEFAULT_DRAWS = spec_check.DEFAULTS['draws']
+PASSING, FAILING = student_datasets.PASSING, student_datasets.FAILING
+_modules = itertools.count()
+
+
+def judged(tmp_path, text, edition='synthesizer', draws=spec_check.MIN_DRAWS, seed=0, also=()):
+    return student_datasets.judge(text, str(tmp_path), f'student_dataset_{next(_modules)}',
+                                  edition, draws, seed, also)
+
+
+def others_pass(results, but=()):
+    return {p: ok for p, (ok, _) in results.items() if p not in but and ok is not True}
+
+
+def mean_gap(detail):
+    return float(detail.split('truncated/4 ')[1].split(' ')[0])
+
+
+@pytest.mark.parametrize('case', sorted(PASSING))
+def test_public_masked_lengths_pass_at_every_allowed_draw_count(tmp_path, case):
+    verdicts = judged(tmp_path, student_datasets.source(**PASSING[case]), draws=DEFAULT_DRAWS,
+                      also=[spec_check.MIN_DRAWS, 5000])
+    for draws, (results, _) in zip([DEFAULT_DRAWS, spec_check.MIN_DRAWS, 5000], verdicts):
+        assert others_pass(results) == {}, (draws, results)
+        detail = results['masked_length_mean'][1]
+        assert abs(mean_gap(detail)) <= spec_check.DEFAULTS['masked_band'], detail
+        assert 'interval [' in detail and 'band \u00b11.25' in detail
+
+
+@pytest.mark.parametrize('case', sorted(FAILING))
+def test_off_or_fixed_masked_lengths_fail_at_the_default_draws(tmp_path, case):
+    # a fixed length shows at the fewest draws already (more draws only judge more lengths)
+    draws = spec_check.MIN_DRAWS if case == 't // 4' else DEFAULT_DRAWS
+    results, _ = judged(tmp_path, student_datasets.source(**FAILING[case]), draws=draws)
+    ok, detail = results['masked_length_mean']
+    assert ok is False, detail
+    assert others_pass(results, but=['masked_length_mean']) == {}, results
+    if case == 't // 4':
+        assert 'fixed at every truncated length from 16 on' in detail
+    else:
+        low, high = (float(v) for v in detail.split('interval [')[1].split(']')[0].split(', '))
+        assert low > 1.25 or high < -1.25, detail  # the whole interval outside the band
+
+
+def test_a_length_fixed_only_for_the_shortest_truncations_is_reported_not_failed(tmp_path):
+    # randint(1, 2*(t//4)-1) masks exactly 1 character for t = 4..7
+    results, _ = judged(tmp_path, student_datasets.source(**PASSING['randint(1, 2*(t//4)-1)']))
+    ok, detail = results['masked_length_mean']
+    assert ok is True and 'fixed at truncated lengths 4, 5, 6, 7 (allowed)' in detail
+
+
+def test_the_bound_is_empirical_bernstein_and_narrower_than_hoeffding():
+    """Maurer and Pontil's bound, each side with half the probability: sqrt(2 V ln(4/p) / n) +
+    7 W ln(4/p) / (3 (n - 1)); for values 0 and W alternating (V = W^2 n / (4 (n - 1)))."""
+    n, width = 10000, 112
+    values = [0, width] * (n // 2)
+    log = math.log(4 / spec_check.FAIL_PROBABILITY)
+    variance = width ** 2 * n / (4 * (n - 1))
+    want = math.sqrt(2 * variance * log / n) + 7 * width * log / (3 * (n - 1))
+    assert spec_check.bernstein_half_width(values, width) == pytest.approx(want, rel=1e-12)
+    # masked lengths spread like a correct dataset's: under half of Hoeffding's bound (3.02
+    # characters at 10,000 draws), which assumes the widest spread
+    rng = random.Random(0)
+    gaps = [rng.randint(1, t // 2) - t / 4 for t in (rng.randint(4, 112) for _ in range(n))]
+    hoeffding = width * math.sqrt(math.log(2 / spec_check.FAIL_PROBABILITY) / (2 * n))
+    assert spec_check.bernstein_half_width(gaps, width) < hoeffding / 2
+
+
+def test_a_third_mask_after_the_content_passes_and_is_named(tmp_path):
+    results, _ = judged(tmp_path, student_datasets.source(third_mask=True))
+    assert others_pass(results) == {}, results
+    assert 'end the masked content with a third \u2047, as the starter\'s examples do' in \
+        results['two_masks'][1]
+
+
+@pytest.mark.parametrize('edition, length, passes', [
+    ('synthesizer', 127, True), ('synthesizer', 128, False),  # w2 has block_size - 1 columns
+    ('perceiver', 127, True), ('perceiver', 128, True),  # the comment's reading and the slicing's
+    ('rope', 128, True), ('rope', 127, False),
+    (None, 127, True), (None, 128, True),  # edition unknown: either
+])
+def test_lengths_follow_each_editions_readings(tmp_path, edition, length, passes):
+    results, _ = judged(tmp_path, student_datasets.source(length=length), edition=edition)
+    ok, detail = results['lengths']
+    assert ok is passes, detail
+    assert others_pass(results, but=['lengths']) == {}, results
+    if passes:
+        assert detail.startswith(f'{length} (block_size')
+
+
+def test_a_dataset_that_raises_on_a_short_document_gets_a_warning_not_a_failure(tmp_path):
+    # randint(1, t//2) raises for t < 2: on the corpus's documents of 0 and 1 characters
+    results, warnings = judged(tmp_path, student_datasets.source(masked='random.randint(1, t // 2)'))
+    assert others_pass(results) == {}, results
+    assert [w.split(' (')[0] for w in warnings] == [
+        'CharCorruptionDataset raised on a document of 0 characters',
+        'CharCorruptionDataset raised on a document of 1 characters']
+    assert 'ValueError' in warnings[0] and 'wiki.txt' in warnings[0]
+    # the same error on a longer document fails every draw property
+    results, _ = judged(tmp_path, student_datasets.source(masked='random.randint(1, t // 2 - 40)'))
+    assert results['two_masks'][0] is False and 'ValueError' in results['two_masks'][1]
+
+
+def test_the_made_up_corpus_holds_every_kind_of_document():
+    _, docs = spec_check.make_corpus(0)
+    lengths = [len(d) for d in docs]
+    assert {0, 1, 2, 3} <= set(lengths)
+    assert sum(4 <= n < 112 for n in lengths) >= 30  # shorter than the longest truncation
+    assert sum(n >= 150 for n in lengths) >= 200
+    assert '' in docs and spec_check.make_corpus(0)[1] == docs  # the seed repeats it
+
+
+def test_a_numpy_dataset_gives_the_same_figures_twice_in_the_sandbox(tmp_path):
+    src = tmp_path / 'src'
+    src.mkdir()
+    (src / 'dataset.py').write_text(student_datasets.source(**PASSING["numpy's generator"]))
+    request, docs, pairs = spec_check.request_for(draws=spec_check.MIN_DRAWS)
+    details = []
+    for run in range(2):
+        report, why = spec_check.run_probe(str(src), str(tmp_path / f'sandbox{run}'), request)
+        assert why is None
+        results, _ = spec_check.check(report, 'synthesizer', docs, pairs)
+        assert others_pass(results) == {}, results
+        details.append(results['masked_length_mean'][1])
+    assert details[0] == details[1]

@@ -118,6 +118,11 @@ def fast_steps(gpt, data, batch, steps, device, compile_model, path=None):
     trainer.Trainer(gpt, Subset(data, range(batch)), None, warm).train()
     conf['precision'] = precision = warm.precision
     n = min(len(data), batch * (steps + 1))
+    if compile_model:
+        # the timed run's batches once beforehand (a trainer's batches follow torch's seed, the
+        # same for both runs): every batch width is compiled before the clock runs, or the timed
+        # steps would include a recompile for each width not met in the warm-up
+        trainer.Trainer(gpt, Subset(data, range(n)), None, trainer.TrainerConfig(**conf)).train()
     timed = trainer.Trainer(gpt, Subset(data, range(n)), None, trainer.TrainerConfig(**conf))
     steps = math.ceil(n / batch) - 1
     clock = StepClock(device, steps)
@@ -316,6 +321,8 @@ def main():
                    f'{t_plain / t_fast:.2f}x', f'{work:.2f}x']
             mfus = [mfu(flops, t_plain, 'fp32', peaks), mfu(flops, t_fast, precision, peaks)]
             if args.compile:
+                import torch._dynamo
+                torch._dynamo.reset()  # each row compiles afresh, within dynamo's cache limits
                 utils.set_seed(0)
                 t_compiled, *_ = fast_steps(build(variant, wiki.vocab_size, True, args.preset), data,
                                            batch, args.steps, args.device, True)
@@ -324,9 +331,11 @@ def main():
                 mfus.append(mfu(flops, t_compiled, precision, peaks))
             rows.append(row + mfus)
             print(rows[-1], flush=True)
+            write_report(args, rows, against, peaks, shares, batches)
             if args.device == 'cpu' and stage == 'pretrain':
                 against.append(against_candidates(variant, wiki, batch, args, (precision, kernel)))
                 print(against[-1], flush=True)
+                write_report(args, rows, against, peaks, shares, batches)
     utils.set_seed(0)
     gpt = build('vanilla', wiki.vocab_size, True, args.preset)
     plain_gpt = build('vanilla', wiki.vocab_size, False, args.preset)
@@ -337,6 +346,12 @@ def main():
                 + [''] * (len(rows[-1]) - 4))
     print(rows[-1], flush=True)
 
+    write_report(args, rows, against, peaks, shares, batches, final=True)
+
+
+def write_report(args, rows, against, peaks, shares, batches, final=False):
+    """The report as it stands, written to args.out whole (replacing the last): after every
+    row, so a run stopped by a time limit still leaves the rows it measured."""
     compiled = ['fast + torch.compile'] if args.compile else []
     columns = (['measurement', 'plain (handout)', 'fast (this code)', 'ratio', 'work ratio'] + compiled
                + ['MFU plain', 'MFU fast'] + [f'MFU {c}' for c in compiled])
@@ -365,6 +380,8 @@ def main():
                 'not known for this device (give --peak_tflops)'), '',
              '| ' + ' | '.join(columns) + ' |', '|' + '---|' * len(columns)]
     lines += ['| ' + ' | '.join(row) + ' |' for row in rows]
+    if not final:
+        lines += ['', '(unfinished: the rows measured so far)']
     if against:
         lines += ['', '## The default against every candidate (pretraining, this CPU)', '',
                   'Each way of training that computes the same function on this machine '
@@ -377,9 +394,12 @@ def main():
                   '|---|---|---|---|']
         lines += ['| ' + ' | '.join(row) + ' |' for row in against]
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, 'w', encoding='utf-8') as f:
+    tmp = args.out + '.tmp'
+    with open(tmp, 'w', encoding='utf-8') as f:
         f.write('\n'.join(lines) + '\n')
-    print('\n'.join(lines))
+    os.replace(tmp, args.out)
+    if final:
+        print('\n'.join(lines))
 
 
 if __name__ == '__main__':

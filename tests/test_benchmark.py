@@ -3,6 +3,7 @@ import os
 import sys
 
 import pytest
+import torch
 
 from conftest import REPO
 
@@ -90,3 +91,38 @@ def test_the_machine_kind_names_the_cpu_and_its_arithmetic(monkeypatch, model, c
     monkeypatch.setattr(benchmark.devices, 'cpu_has_bf16', lambda: bf16)
     monkeypatch.setattr(benchmark.torch.backends.cpu, 'get_cpu_capability', lambda: capability)
     assert benchmark.machine_kind('cpu') == want
+
+
+def test_the_compiled_rows_timed_steps_compile_nothing(monkeypatch):
+    """--compile: every batch width the timed steps meet is compiled before the clock runs.
+    Compiled here with dynamo's eager backend and static shapes (no inductor code generation,
+    and every new width a new graph, as a GPU's trimmed batches would be without dynamic
+    shapes); the compiles during the timed run are counted. Before the warm-up took the timed
+    batches, each width first met in the timed steps compiled there."""
+    import functools
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+    monkeypatch.setattr(torch, 'compile', functools.partial(torch.compile, backend='eager',
+                                                            dynamic=False))
+    monkeypatch.setitem(benchmark.presets.PRESETS, 'tiny',
+                        benchmark.presets._preset(model=dict(n_layer=1, n_head=2, n_embd=32)))
+    lines = [f'{"abcdefgh"[i % 8] * (5 + 7 * i)} end.' for i in range(40)]
+    data = benchmark.dataset.CharCorruptionDataset('\n'.join(lines), benchmark.presets.BLOCK_SIZE)
+    compiled_during = []
+
+    class CountingClock(benchmark.StepClock):
+        def on_train_start(self, trainer):
+            self.graphs = counters['stats']['unique_graphs']
+
+        def on_train_end(self, trainer):
+            compiled_during.append(counters['stats']['unique_graphs'] - self.graphs)
+    monkeypatch.setattr(benchmark, 'StepClock', CountingClock)
+    torch._dynamo.reset()
+    before = counters['stats']['unique_graphs']
+    benchmark.utils.set_seed(0)
+    gpt = benchmark.build('vanilla', data.vocab_size, True, 'tiny')
+    benchmark.fast_steps(gpt, data, 8, 3, 'cpu', True, path=('fp32', False))
+    compiled = counters['stats']['unique_graphs'] - before
+    torch._dynamo.reset()
+    assert compiled >= 2  # a graph per width met: compiling did happen, before the clock
+    assert compiled_during == [0]

@@ -64,9 +64,12 @@ def _decode_cached(model, prompts, steps, stop_id, stop_count, device, trim):
             if still == 0:
                 break
             if still < len(going):  # done rows leave the batch (and their caches)
-                rows, pos, token = rows[going], pos[going], token[going]
+                # the indices of the rows that go on, first in a stable sort of "done": indexing
+                # by a mask would read it back from the device (a second wait in this step)
+                keep = torch.argsort((~going).to(torch.uint8), stable=True)[:still]
+                rows, pos, token = rows[keep], pos[keep], token[keep]
                 for cache in caches:
-                    cache.keep_rows(going)
+                    cache.keep_rows(keep)
         if step + 1 == steps:
             break
         logits, _ = model(token, caches=caches, positions=pos[:, None])

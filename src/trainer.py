@@ -190,8 +190,11 @@ class Trainer:
         """The model the steps call: DDP-wrapped under torchrun, compiled when asked."""
         model = self.model
         if self.distributed:
+            # broadcast_buffers=False: the buffers (causal masks, RoPE tables) never change,
+            # so re-sending them before every forward pass is wasted traffic
             model = torch.nn.parallel.DistributedDataParallel(
-                model, device_ids=[self.device.index] if self.device.type == 'cuda' else None)
+                model, device_ids=[self.device.index] if self.device.type == 'cuda' else None,
+                broadcast_buffers=False)
         if self.config.compile:
             # On a CPU, model.packed_loss packs each batch to its own number of positions: a
             # graph for any size, or it would recompile for every new size.

@@ -138,6 +138,39 @@ def test_batched_decoding_is_the_handouts_loop_token_for_token(name, device, tri
     assert any(len(g) < len(w) for g, w in zip(got, want)) and any(g == w for g, w in zip(got, want))
 
 
+def test_rows_leave_the_decoding_batch_without_a_mask_read_back():
+    """When rows finish, the others are taken by their indices, not by a boolean mask: on a GPU a
+    mask index waits for the mask to come back (aten.nonzero), a second wait in that step beside
+    the one count read per step. Every aten op of a decoding whose rows finish at different steps
+    is recorded; after the prompts' packing none indexes by a bool tensor or calls nonzero.
+    (Before: rows[going] and KVCache.keep_rows(going) did, on every step where a row finished.)"""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.masked = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            flat = [a for arg in args for a in (arg if isinstance(arg, (list, tuple)) else [arg])]
+            if func.__name__.startswith('nonzero') or (
+                    func.__name__.startswith('index') and
+                    any(isinstance(a, torch.Tensor) and a.dtype == torch.bool for a in flat[1:])):
+                self.masked.append(func.__name__)
+            return func(*args, **(kwargs or {}))
+    torch.manual_seed(2)
+    gpt = jitter(tiny(40, VARIANTS['vanilla'], block_size=64).eval(), 0.3)
+    gen = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(2, 40, (n,), generator=gen).tolist() for n in (1, 3, 7, 8, 9, 20)]
+    plain = greedy_complete(gpt, prompts, 32, batch_size=8)
+    stop = max(range(40), key=lambda t: len({sum(1 for x in p if x == t) >= 2 for p in plain}) * 100
+               + sum(p.count(t) >= 2 for p in plain))
+    with Ops() as ops:
+        got = greedy_complete(gpt, prompts, 32, stop_id=stop, batch_size=8)
+    assert len({len(g) for g in got}) >= 2  # rows did leave at different steps
+    assert ops.masked == ['nonzero.default']  # the prompts' packing, once before the steps
+
+
 # ---- attention: the fused kernel and the written-out math ---------------------------------------
 
 def attention_pair(cls, seed, **overrides):

@@ -3,41 +3,54 @@
 # 10 minutes (a lent GPU machine's limit; on your own machine `--stage all` runs them in a row):
 #
 #   bash scripts/gpu_check.sh --stage tests      [--minutes 9] [--out DIR]   # CUDA tests
-#   bash scripts/gpu_check.sh --stage bench      [--minutes 9] [--out DIR]   # benchmark.py
-#   bash scripts/gpu_check.sh --stage assignment [--minutes 9] [--out DIR]   # again until done
+#   bash scripts/gpu_check.sh --stage bench      [--variants vanilla,rope] [--minutes 9] [--out DIR]
+#   bash scripts/gpu_check.sh --stage assignment [--models vanilla,rope] [--minutes 9] [--out DIR]
 #   bash scripts/gpu_check.sh [--stage all] [--minutes 25] [--out DIR]       # the three in order
+#   --commit SHA   the commit the tree is (recorded in the reports; default: git's, if any)
 #
 # tests       the CUDA half of the test suite (every test parametrised over the devices, the
-#             CUDA resume / DataLoader-worker / DDP tests), log in cuda_tests.log;
+#             CUDA resume / DataLoader-worker / DDP tests, run.py --device cuda end to end),
+#             log in cuda_tests.log;
 # bench       scripts/benchmark.py --device cuda --compile: plain vs fast vs compiled, every
-#             variant, model FLOP utilisation -> benchmarks.md;
-# assignment  scripts/run_all.py -- --device cuda at the handout's length (London, vanilla
-#             without pretraining, vanilla, synthesizer, perceiver m=64, rope). At the time
-#             limit the training step in progress writes its checkpoint and stops; the next call
-#             continues it (run_all skips finished steps and resumes the interrupted one), so
-#             call it again until it says it is done.
+#             variant (or --variants), model FLOP utilisation -> benchmarks.md, rewritten after
+#             every row;
+# assignment  scripts/run_all.py -- --device cuda (London, then the --models given, default all:
+#             vanilla-nopretrain, vanilla, synthesizer, perceiver m=64, rope), each model whole
+#             (pretrain, finetune, evaluate dev and test) within this call: run_all's
+#             --time_budget is the call's minutes, so pretraining runs the handout's epochs where
+#             they fit and as many as fit otherwise (the report gives the epochs). A model whose
+#             dev and test predictions are already in the work folder is skipped, so predictions
+#             carried back to a fresh machine are enough.
 #
 # It installs nothing and uses the Python it is given: $PYTHON, else python3, else .venv's, the
 # first whose torch sees a GPU (set one up with `TORCH_SPEC=torch bash scripts/setup.sh --test`).
 # The data must be in data/ (python src/datafiles.py puts it there; git does not hold it, so a
 # copied working tree must bring data/ along). Everything is written in --work (default
-# runs/gpu_check/, kept between calls); after each stage --out (default results/<gpu name>/)
-# gets summary.md (what was done, what was not, the next command) and results.tgz (the logs,
-# reports and predictions, no params or checkpoints). Exit status: 0 the stage is done, 1 it
-# failed or did not finish (the next command continues it), 2 bad usage / no GPU / no data.
+# runs/gpu_check/). --out (default results/<gpu name>/) gets two files, summary.md (what was done,
+# what is under way, the next command) and results.tgz (the logs, reports and predictions, no
+# params or checkpoints): at the start of the call, every GPU_CHECK_TICK seconds (default 20)
+# while it runs, and at its end, each replaced whole, so a call killed at any moment leaves the
+# last state. Exit status: 0 the stage is done, 1 it failed or did not finish (the next command
+# continues it), 2 bad usage / no GPU / no data.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 stage=all
 minutes=""
 out=""
 work=runs/gpu_check
+models=""
+variants=""
+commit=""
 while [ $# -gt 0 ]; do
   case "$1" in
+    --models) models=${2:-}; shift 2 || { echo "error: --models needs names, e.g. vanilla,rope" >&2; exit 2; } ;;
+    --variants) variants=${2:-}; shift 2 || { echo "error: --variants needs names, e.g. vanilla,rope" >&2; exit 2; } ;;
+    --commit) commit=${2:-}; shift 2 || { echo "error: --commit needs a commit" >&2; exit 2; } ;;
     --stage) stage=${2:-}; shift 2 || { echo "error: --stage needs tests, bench, assignment or all" >&2; exit 2; } ;;
     --minutes) minutes=${2:-}; shift 2 || { echo "error: --minutes needs a number" >&2; exit 2; } ;;
     --out) out=${2:-}; shift 2 || { echo "error: --out needs a folder" >&2; exit 2; } ;;
     --work) work=${2:-}; shift 2 || { echo "error: --work needs a folder" >&2; exit 2; } ;;
-    *) echo "error: unknown option $1 (use --stage tests|bench|assignment|all, --minutes N, --out DIR, --work DIR)" >&2; exit 2 ;;
+    *) echo "error: unknown option $1 (use --stage tests|bench|assignment|all, --minutes N, --models A,B, --variants A,B, --commit SHA, --out DIR, --work DIR)" >&2; exit 2 ;;
   esac
 done
 case "$stage" in
@@ -48,6 +61,14 @@ esac
 case "$minutes" in  # whole minutes: bash's arithmetic below has no fractions
   ''|*[!0-9]*|0|00*) echo "error: --minutes must be a number of whole minutes (1 or more), not '$minutes'" >&2; exit 2 ;;
 esac
+known_models="vanilla-nopretrain vanilla synthesizer perceiver rope"
+for m in ${models//,/ }; do
+  case " $known_models " in *" $m "*) ;; *) echo "error: --models: no model '$m' (choose from ${known_models// /, })" >&2; exit 2 ;; esac
+done
+for v in ${variants//,/ }; do
+  case " vanilla synthesizer perceiver rope " in *" $v "*) ;; *) echo "error: --variants: no variant '$v' (choose from vanilla, synthesizer, perceiver, rope)" >&2; exit 2 ;; esac
+done
+case "$commit" in *[!0-9a-zA-Z._+-]*) echo "error: --commit '$commit': not a commit name" >&2; exit 2 ;; esac
 deadline=$(( $(date +%s) + 10#$minutes * 60 ))
 # time kept at the end for packing the results and for a stopped step's checkpoint
 reserve=45
@@ -71,6 +92,10 @@ if ! (cd data 2>/dev/null && sha256sum --quiet -c SHA256SUMS >/dev/null 2>&1); t
   exit 2
 fi
 
+if [ -z "$commit" ]; then
+  commit=$(git rev-parse --short HEAD 2>/dev/null || true)
+fi
+export A5_COMMIT=${commit:-unknown}  # run_all's report, when the tree has no .git
 gpu=$("$PY" -c 'import torch; print(torch.cuda.get_device_name())')
 slug=$(echo "$gpu" | tr 'A-Z' 'a-z' | sed -e 's/nvidia //' -e 's/[^a-z0-9]\+/-/g' -e 's/^-//' -e 's/-$//')
 out=${out:-results/$slug}
@@ -88,12 +113,15 @@ run_for() {
     echo "$(date -u +%FT%TZ) $name: not started (no time left)" >> "$work/stages.log"; return 1
   fi
   echo "== $name (at most $budget s)"
+  echo "$name since $(date -u +%FT%TZ), at most $budget s" > "$work/under_way"
   local start; start=$(date +%s)
   timeout --signal=TERM --kill-after=$reserve "$budget" "$@"
   local rc=$?
   local outcome="done"
   [ $rc -ne 0 ] && outcome="NOT done (exit $rc$( [ $rc -eq 124 ] && echo ': out of time'))"
   echo "$(date -u +%FT%TZ) $name: $outcome in $(( $(date +%s) - start )) s" >> "$work/stages.log"
+  rm -f "$work/under_way"
+  pack
   return $rc
 }
 
@@ -101,10 +129,18 @@ stage_tests() {
   run_for "tests" 1800 bash -c "set -o pipefail; '$PY' -m pytest -q -rs -k cuda tests/ 2>&1 | tee '$work/cuda_tests.log'"
 }
 stage_bench() {
-  run_for "bench" 1800 "$PY" scripts/benchmark.py --device cuda --compile --out "$work/benchmarks.md"
+  run_for "bench" 1800 "$PY" scripts/benchmark.py --device cuda --compile --out "$work/benchmarks.md" \
+    ${variants:+--variants ${variants//,/ }}
 }
 stage_assignment() {
-  run_for "assignment" 86400 "$PY" scripts/run_all.py --out "$work/assignment" -- --device cuda
+  # the call's time for run_all's own budget: every model it starts ends within the call
+  local seconds; seconds=$(( $(left) - 30 ))
+  if [ "$seconds" -lt 60 ]; then
+    echo "$(date -u +%FT%TZ) assignment: not started (no time left)" >> "$work/stages.log"; return 1
+  fi
+  run_for "assignment" 86400 "$PY" scripts/run_all.py --out "$work/assignment" \
+    ${models:+--models ${models//,/ }} --time_budget $(( seconds / 60 )).$(( (seconds % 60) * 10 / 60 )) \
+    -- --device cuda
   local rc=$?
   if [ $rc -ne 0 ] && [ -d "$work/assignment" ]; then  # the report of what is there so far
     "$PY" scripts/run_all.py --report-only --out "$work/assignment" -- --device cuda >/dev/null 2>&1
@@ -112,35 +148,66 @@ stage_assignment() {
   return $rc
 }
 
+next_command() {  # what to run after this call, given its exit status (the README's order)
+  if [ "$stage" = tests ]; then echo "bash scripts/gpu_check.sh --stage assignment --minutes 9 --out $out"
+  elif [ "$stage" = assignment ] && [ "$1" -ne 0 ]; then echo "bash scripts/gpu_check.sh --stage assignment${models:+ --models $models} --minutes 9 --out $out   (continues where this one stopped)"
+  elif [ "$stage" = assignment ]; then echo "bash scripts/gpu_check.sh --stage bench --minutes 4 --out $out   (or --stage assignment with the models still to run)"
+  else echo "none: unpack $out/results.tgz into results/$slug/ and commit it"
+  fi
+}
+summary() {  # summary.md's text, now
+  echo "# gpu_check on $gpu"
+  echo
+  echo "torch $torch_version; commit $A5_COMMIT; this call: --stage $stage --minutes $minutes${models:+ --models $models}${variants:+ --variants $variants}, started $started"
+  echo
+  if [ -f "$work/under_way" ]; then echo "under way at $(date -u +%FT%TZ): $(cat "$work/under_way")"; echo; fi
+  echo '```'
+  cat "$work/stages.log" 2>/dev/null
+  echo '```'
+  [ -f "$work/assignment/report.md" ] && { echo; echo "## Assignment report (so far)"; echo; cat "$work/assignment/report.md"; }
+  echo
+  if [ -n "${finished:-}" ]; then echo "next: $(next_command "$rc")"
+  else echo "next: this call had not ended when this was written; if it was stopped, run it again (finished models are skipped)"
+  fi
+}
+pack() {  # summary.md and results.tgz in $out, each replaced whole (a kill leaves the last pair)
+  local id=${BASHPID:-$$}
+  summary > "$out/.summary.md.$id" && mv -f "$out/.summary.md.$id" "$out/summary.md"
+  tar czf "$out/.results.tgz.$id" --exclude='*.params' --exclude='*.ckpt' --exclude='expt' \
+    --exclude='*.tgz' --exclude='*.tmp' -C "$work" . 2>/dev/null
+  mv -f "$out/.results.tgz.$id" "$out/results.tgz"
+}
+
+started=$(date -u +%FT%TZ)
 rc=0
+rm -f "$work/under_way"  # a killed call's
+pack
+# while a stage runs, the pair is refreshed every GPU_CHECK_TICK seconds (a run_all step or a
+# benchmark row that ended shows up there without waiting for the stage's end)
+(
+  trap 'kill $nap 2>/dev/null; exit 0' TERM
+  while :; do
+    sleep "${GPU_CHECK_TICK:-20}" & nap=$!
+    wait $nap
+    kill -0 $$ 2>/dev/null || exit 0
+    pack
+  done
+) >/dev/null 2>&1 &
+ticker=$!
+trap 'kill $ticker 2>/dev/null' EXIT
 case "$stage" in
   tests) stage_tests || rc=1 ;;
   bench) stage_bench || rc=1 ;;
   assignment) stage_assignment || rc=1 ;;
   all) stage_tests || rc=1; stage_bench || rc=1; stage_assignment || rc=1 ;;
 esac
-
-if [ "$stage" = tests ]; then next="bash scripts/gpu_check.sh --stage bench --out $out"
-elif [ "$stage" = bench ]; then next="bash scripts/gpu_check.sh --stage assignment --minutes 9 --out $out"
-elif [ $rc -ne 0 ]; then next="bash scripts/gpu_check.sh --stage assignment --minutes 9 --out $out   (continues where this one stopped)"
-else next="none: unpack $out/results.tgz into results/$slug/ and commit it"
-fi
-{
-  echo "# gpu_check on $gpu"
-  echo
-  echo "torch $torch_version; last call: --stage $stage --minutes $minutes, $(date -u +%FT%TZ)"
-  echo
-  echo '```'
-  cat "$work/stages.log"
-  echo '```'
-  [ -f "$work/assignment/report.md" ] && { echo; echo "## Assignment report (so far)"; echo; cat "$work/assignment/report.md"; }
-  echo
-  echo "next: $next"
-} > "$out/summary.md"
-tar czf "$out/results.tgz" --exclude='*.params' --exclude='*.ckpt' --exclude='expt' --exclude='*.tgz' \
-  -C "$work" . 2>/dev/null
+kill $ticker 2>/dev/null
+wait $ticker 2>/dev/null
+rm -f "$out"/.summary.md.* "$out"/.results.tgz.*  # a pack the ticker had under way
+finished=1
+pack
 echo
-cat "$work/stages.log" | tail -n 5
+tail -n 5 "$work/stages.log"
 echo "summary: $out/summary.md; results: $out/results.tgz"
-echo "next: $next"
+echo "next: $(next_command $rc)"
 exit $rc

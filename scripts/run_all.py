@@ -11,7 +11,9 @@ Stages (each the handout's commands, file names as the handout's):
   synthesizer       the same with synthesizer attention
   perceiver         the same with --bottleneck_dim 64 --pretrain_lr 6e-4 (the perceiver handout's commands)
   rope              the same with RoPE (the 2024-25 edition's commands and settings)
-A stage whose outputs already exist is skipped (so an interrupted run continues), unless --force.
+A stage whose outputs already exist is skipped (so an interrupted run continues), unless --force;
+so is a whole model whose dev and test predictions exist (predictions carried to a fresh machine
+are enough). A step interrupted and continued by a later call is timed over both calls.
 --time_budget MINUTES: the whole run ends within MINUTES: each training step gets a share of the
 time left (pretraining 8 parts, finetuning 1), after a reserve for the evaluations still to come,
 as run.py's --time_budget (the epochs that fit on this machine, the schedule compressed to them).
@@ -107,7 +109,9 @@ def output_of(argv):
             return argv[argv.index(flag) + 1]
 
 
-def run_step(argv, out, log, run_flags):
+def run_step(argv, out, log, run_flags, interrupted=lambda seconds: None):
+    """Run one run.py step in `out`; returns (seconds, its stdout). Stopped by Ctrl-C or SIGTERM
+    (the step writes its checkpoint), it calls interrupted(seconds) and exits 130."""
     cmd = [sys.executable, RUN, *argv, *run_flags]
     print('+ python src/run.py ' + ' '.join(argv + run_flags), flush=True)
     start = time.time()
@@ -129,6 +133,7 @@ def run_step(argv, out, log, run_flags):
                 signal.signal(s, handler)
     sys.stdout.write(stdout)
     if proc.returncode == 130 or stopped:
+        interrupted(time.time() - start)
         print(f'interrupted: the same command continues (finished steps are skipped, this one '
               f'resumes from its checkpoint); see {log}', file=sys.stderr)
         raise SystemExit(130)
@@ -178,15 +183,22 @@ def device_name(flags):
     return f'GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}'
 
 
+COMMIT_ENV = 'A5_COMMIT'  # the commit of a copied working tree without .git (gpu_check --commit)
+
+
 def commit():
+    """The checkout's commit (with '+uncommitted changes' when tracked files differ), else
+    $A5_COMMIT (a copy of the tree without .git, as on a lent GPU machine), else 'unknown'."""
     try:
         rev = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=REPO, text=True,
-                             capture_output=True).stdout.strip()
-        dirty = subprocess.run(['git', 'status', '--porcelain', '--untracked-files=no'], cwd=REPO,
-                               text=True, capture_output=True).stdout.strip()
-        return rev + ('+uncommitted changes' if dirty else '')
+                             capture_output=True)
+        if rev.returncode == 0 and rev.stdout.strip():
+            dirty = subprocess.run(['git', 'status', '--porcelain', '--untracked-files=no'],
+                                   cwd=REPO, text=True, capture_output=True).stdout.strip()
+            return rev.stdout.strip() + ('+uncommitted changes' if dirty else '')
     except OSError:
-        return 'unknown'
+        pass
+    return os.environ.get(COMMIT_ENV) or 'unknown'
 
 
 def read_losses(out):
@@ -278,6 +290,31 @@ def report(out, timings, flags, preset, models=MODELS, out_arg=None, time_budget
     print('\n'.join(lines))
 
 
+def load_timings(path):
+    """The step times of earlier calls ({} when none); a file cut short or not JSON is said in
+    one line, and the times start afresh (they inform the report, they decide nothing)."""
+    if not os.path.exists(path):
+        return {}
+    try:
+        with open(path, encoding='utf-8') as f:
+            timings = json.load(f)
+        if isinstance(timings, dict):
+            return timings
+        problem = 'not a JSON object'
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        problem = str(e).splitlines()[0] if str(e) else type(e).__name__
+    print(f'warning: {path}: unreadable ({problem}); the step times start afresh', file=sys.stderr)
+    return {}
+
+
+def save_timings(path, timings):
+    """timings.json, written whole or not at all (a kill mid-write leaves the previous one)."""
+    tmp = path + '.tmp'
+    with open(tmp, 'w', encoding='utf-8') as f:
+        json.dump(timings, f, indent=2)
+    os.replace(tmp, path)
+
+
 def main():
     ap = OneLineParser(prog='python scripts/run_all.py', description=__doc__.split('\n')[0])
     ap.add_argument('--preset', default='handout', choices=sorted(PRESETS))
@@ -302,7 +339,7 @@ def main():
         ap.error(f'argument --out {out}: {problem}')
     os.makedirs(out, exist_ok=True)
     timing_file = os.path.join(out, 'timings.json')
-    timings = json.load(open(timing_file)) if os.path.exists(timing_file) else {}
+    timings = load_timings(timing_file)
     log = os.path.join(out, 'run.log')
     run_flags = ['--preset', args.preset, *flags]
 
@@ -316,9 +353,18 @@ def main():
         if london.returncode != 0:  # it has said what is wrong (a missing data file) in one line
             raise SystemExit(london.returncode)
         timings['london'] = {'evaluate-dev': time.time() - start}
-        plan = [(name, step, argv) for name in args.models for step, argv in commands(name)
+        save_timings(timing_file, timings)
+
+        def predicted(name):  # both predictions files there: nothing of the model to run
+            return not args.force and all(os.path.exists(os.path.join(out, files_of(name)[split]))
+                                          for split in ('dev', 'test'))
+        plan = [(name, step, argv) for name in args.models if not predicted(name)
+                for step, argv in commands(name)
                 if args.force or not os.path.exists(os.path.join(out, output_of(argv)))]
         for name in args.models:
+            if predicted(name):
+                print(f'skip {name}: its dev and test predictions exist')
+                continue
             for step, argv in commands(name):
                 target = os.path.join(out, output_of(argv))
                 if os.path.exists(target) and not args.force:
@@ -332,13 +378,19 @@ def main():
                 if args.time_budget is not None and step in BUDGET_WEIGHTS:
                     minutes = stage_budget(deadline - time.time(), step, todo[1:])
                     budget = ['--time_budget', f'{max(minutes, 0.001):.3f}', '--time_budget_share']
-                seconds, stdout = run_step(argv + budget, out, log, run_flags)
-                timings.setdefault(name, {})[step] = seconds
+                mine = timings.setdefault(name, {})
+                # seconds a call that was interrupted spent on this step, continued here
+                before = mine.pop(f'{step} so far', 0) if '--resume' in argv else 0
+
+                def interrupted(seconds):
+                    mine[f'{step} so far'] = before + seconds
+                    save_timings(timing_file, timings)
+                seconds, stdout = run_step(argv + budget, out, log, run_flags, interrupted)
+                mine[step] = before + seconds
                 epochs = epochs_trained(stdout)
                 if epochs is not None:  # a time budget chose them: the report says how many
-                    timings[name][f'{step} epochs'] = epochs
-                with open(timing_file, 'w', encoding='utf-8') as f:
-                    json.dump(timings, f, indent=2)
+                    mine[f'{step} epochs'] = epochs
+                save_timings(timing_file, timings)
     report(out, timings, flags, args.preset, args.models, args.out, args.time_budget)
 
 

@@ -4,9 +4,11 @@ that claims a GPU and plays the stages' commands: each stage leaves summary.md a
 in --out and names the next command; nothing is installed; a missing data/ is one line."""
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
+import time
 
 import pytest
 import torch
@@ -55,24 +57,30 @@ case "$*" in
   *torch.__version__*) echo "2.11.0"; exit 0 ;;
   "-c import tqdm, tensorboard, pytest") exit 0 ;;
   "-m pytest"*) echo "fake: 7 passed"; exit 0 ;;
-  *benchmark.py*) echo "| fake benchmark |" > "${@: -1}"; exit 0 ;;
+  *benchmark.py*) while [ "$1" != --out ]; do shift; done; echo "| fake benchmark |" > "$2"; exit 0 ;;
   *run_all.py*--report-only*) exit 0 ;;
-  *run_all.py*) mkdir -p "$3"; echo Paris > "$3/vanilla.pretrain.dev.predictions"
+  *run_all.py*) [ -n "$FAKE_REAL_RUN_ALL" ] && exec "$REAL_PYTHON" "$@"
+                mkdir -p "$3"; echo Paris > "$3/vanilla.pretrain.dev.predictions"
                 echo params > "$3/vanilla.pretrain.params"; echo ckpt > "$3/rope.pretrain.params.ckpt"
-                echo "# report" > "$3/report.md"; exit ${FAKE_RUN_ALL_RC:-0} ;;
+                echo "# report of commit $A5_COMMIT" > "$3/report.md"; sleep ${FAKE_RUN_ALL_SLEEP:-0}
+                exit ${FAKE_RUN_ALL_RC:-0} ;;
 esac
 exec "$REAL_PYTHON" "$@"
 """
 
 
-def fake_gpu(tmp_path, *args, rc=0, cwd=REPO):
+def fake_env(tmp_path, rc=0, **extra):
     fake = tmp_path / 'python3'
     fake.write_text(FAKE_PYTHON)
     fake.chmod(0o755)
-    env = dict(os.environ, PYTHON=str(fake), REAL_PYTHON=sys.executable,
-               FAKE_CALLS=str(tmp_path / 'calls'), FAKE_RUN_ALL_RC=str(rc))
+    return dict(os.environ, PYTHON=str(fake), REAL_PYTHON=sys.executable,
+                FAKE_CALLS=str(tmp_path / 'calls'), FAKE_RUN_ALL_RC=str(rc), **extra)
+
+
+def fake_gpu(tmp_path, *args, rc=0, cwd=REPO, **extra):
     return subprocess.run(['bash', os.path.join(cwd, 'scripts', 'gpu_check.sh'), *args], cwd=cwd,
-                          env=env, capture_output=True, text=True, timeout=300)
+                          env=fake_env(tmp_path, rc, **extra), capture_output=True, text=True,
+                          timeout=300)
 
 
 def archive(path):
@@ -86,18 +94,21 @@ def test_each_stage_fits_one_call_and_names_the_next(tmp_path):
     proc = fake_gpu(tmp_path, '--stage', 'tests', *common)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == \
-        f'next: bash scripts/gpu_check.sh --stage bench --out {out}'
+        f'next: bash scripts/gpu_check.sh --stage assignment --minutes 9 --out {out}'
     assert sorted(os.listdir(out)) == ['results.tgz', 'summary.md']  # what comes back, at most
     assert archive(out / 'results.tgz') == ['cuda_tests.log', 'stages.log']
     assert 'fake: 7 passed' in (work / 'cuda_tests.log').read_text()
-    proc = fake_gpu(tmp_path, '--stage', 'bench', *common)
-    assert 'next: bash scripts/gpu_check.sh --stage assignment --minutes 9' in proc.stdout
     # the assignment runs out of time: the same command continues it
-    proc = fake_gpu(tmp_path, '--stage', 'assignment', *common, rc=124)
+    proc = fake_gpu(tmp_path, '--stage', 'assignment', '--models', 'vanilla', *common, rc=124)
     assert proc.returncode == 1
-    assert 'continues where this one stopped' in proc.stdout.splitlines()[-1]
+    assert proc.stdout.splitlines()[-1] == (
+        f'next: bash scripts/gpu_check.sh --stage assignment --models vanilla --minutes 9 --out '
+        f'{out}   (continues where this one stopped)')
     assert 'assignment: NOT done (exit 124: out of time)' in (out / 'summary.md').read_text()
     proc = fake_gpu(tmp_path, '--stage', 'assignment', *common)
+    assert proc.returncode == 0
+    assert 'next: bash scripts/gpu_check.sh --stage bench --minutes 4' in proc.stdout
+    proc = fake_gpu(tmp_path, '--stage', 'bench', '--variants', 'vanilla,rope', *common)
     assert proc.returncode == 0
     assert proc.stdout.strip().endswith('into results/fake-gpu-80gb/ and commit it')
     summary = (out / 'summary.md').read_text()
@@ -106,9 +117,13 @@ def test_each_stage_fits_one_call_and_names_the_next(tmp_path):
     assert archive(out / 'results.tgz') == [
         'assignment/report.md', 'assignment/vanilla.pretrain.dev.predictions', 'benchmarks.md',
         'cuda_tests.log', 'stages.log']
+    assert sorted(os.listdir(out)) == ['results.tgz', 'summary.md']
     calls = (tmp_path / 'calls').read_text()
     assert 'pip' not in calls and 'setup.sh' not in calls  # installs nothing
-    assert f'scripts/run_all.py --out {work}/assignment -- --device cuda' in calls
+    assert f'scripts/run_all.py --out {work}/assignment --models vanilla --time_budget ' in calls
+    assert f'scripts/run_all.py --out {work}/assignment --time_budget ' in calls
+    assert '-- --device cuda' in calls
+    assert '--compile --out ' + str(work / 'benchmarks.md') + ' --variants vanilla rope' in calls
 
 
 def test_without_the_data_it_says_so_and_exits_2(tmp_path):
@@ -123,3 +138,57 @@ def test_without_the_data_it_says_so_and_exits_2(tmp_path):
     assert proc.stderr.count('\n') == 1
     assert proc.stderr.startswith("error: data/ lacks the assignment's data files")
     assert not (copy / 'results').exists()
+
+
+def test_a_call_killed_at_any_moment_leaves_a_readable_summary(tmp_path):
+    """SIGKILL to the whole call (the device's limit, a lost machine) right after it started,
+    and again while its stage runs: summary.md and results.tgz are there, whole, each time."""
+    out = tmp_path / 'out'
+    env = fake_env(tmp_path, FAKE_RUN_ALL_SLEEP='60', GPU_CHECK_TICK='1')
+    for wait_for in ('summary', 'under way'):
+        work = tmp_path / wait_for.replace(' ', '-')
+        proc = subprocess.Popen(['bash', SCRIPT, '--stage', 'assignment', '--models', 'vanilla',
+                                 '--commit', 'abc1234', '--out', str(out), '--work', str(work)],
+                                cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            text = (out / 'summary.md').read_text() if (out / 'summary.md').exists() else ''
+            if text and (wait_for == 'summary' or 'under way at' in text):
+                break
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        summary = (out / 'summary.md').read_text()
+        assert summary.startswith('# gpu_check on NVIDIA Fake GPU 80GB\n')
+        assert 'commit abc1234' in summary and summary.rstrip().splitlines()[-1].startswith('next: ')
+        archive(out / 'results.tgz')  # a whole archive
+        (out / 'summary.md').unlink()
+    # the second kill came while run_all ran: the summary said so, with run_all's report so far
+    assert 'under way at' in text and '# report of commit abc1234' in text
+    assert 'assignment since' in text
+
+
+def test_models_whose_predictions_are_there_are_not_trained_again(tmp_path):
+    """Predictions brought back by an earlier call and carried to a fresh machine: the real
+    run_all skips the model (no params there: training would have to start over)."""
+    out, work = tmp_path / 'out', tmp_path / 'work'
+    (work / 'assignment').mkdir(parents=True)
+    for split in ('dev', 'test'):
+        (work / 'assignment' / f'vanilla.pretrain.{split}.predictions').write_text('London\n')
+    proc = fake_gpu(tmp_path, '--stage', 'assignment', '--models', 'vanilla', '--out', str(out),
+                    '--work', str(work), FAKE_REAL_RUN_ALL='1')
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert 'skip vanilla: its dev and test predictions exist' in proc.stdout
+    assert '+ python src/run.py' not in proc.stdout
+    assert not (work / 'assignment' / 'vanilla.pretrain.params').exists()
+    assert 'assignment/london_baseline_accuracy.txt' in archive(out / 'results.tgz')
+
+
+@pytest.mark.parametrize('args,words', [(['--models', 'vanilla,gpt4'], "--models: no model 'gpt4'"),
+                                        (['--variants', 'mamba'], "--variants: no variant 'mamba'"),
+                                        (['--commit', 'a;b'], "--commit 'a;b': not a commit")])
+def test_bad_names_are_one_error_line(args, words):
+    proc = gpu_check(*args)
+    assert proc.returncode == 2
+    assert proc.stderr.count('\n') == 1 and words in proc.stderr

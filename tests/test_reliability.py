@@ -691,6 +691,42 @@ def test_a_sigterm_to_the_whole_process_group_with_workers_still_writes_the_chec
     assert (tmp_path / 'pt.params').exists() and not (tmp_path / 'pt.params.ckpt').exists()
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason='no CUDA device here (on a GPU machine: bash scripts/gpu_check.sh)')
+def test_run_py_end_to_end_on_cuda(tmp_path):
+    """The handout's commands on the GPU as run_all gives them, before the assignment stage meets
+    them: pretraining with bf16 (where the GPU has it) and the GPU's 4 DataLoader workers,
+    stopped by a SIGTERM to its whole process group (as timeout sends it), resumed to the end;
+    finetuning; evaluation of the dev questions (one prediction per question, the accuracy
+    line)."""
+    write_inputs(tmp_path)
+    (tmp_path / 'dev.tsv').write_text(tsv(DEV), encoding='utf-8')
+    precision = 'bf16' if torch.cuda.is_bf16_supported() else 'fp32'
+    gpu = ['--batch_size', '8', '--device', 'cuda', '--precision', precision, '--num_workers', '4']
+    pretrain = ['pretrain', 'vanilla', 'corpus.txt', '--writing_params_path', 'pt.params',
+                '--max_epochs', '400'] + gpu
+    err = open(tmp_path / 'stderr.log', 'w', encoding='utf-8')
+    proc = subprocess.Popen(cmd(pretrain), cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL,
+                            stderr=err, start_new_session=True)
+    err.close()
+    assert wait_until(proc, lambda: 'epoch 2 iter' in read_log(tmp_path)), read_log(tmp_path)
+    os.killpg(proc.pid, signal.SIGTERM)
+    code = proc.wait(timeout=120)
+    log = read_log(tmp_path)
+    assert code == 130, log[-2000:]  # 400 epochs of 5 steps: far from done at epoch 2
+    assert 'Traceback' not in log and (tmp_path / 'pt.params.ckpt').exists(), log[-2000:]
+    run_ok(pretrain + ['--resume'], tmp_path)
+    assert (tmp_path / 'pt.params').exists() and not (tmp_path / 'pt.params.ckpt').exists()
+    run_ok(['finetune', 'vanilla', 'corpus.txt', '--reading_params_path', 'pt.params',
+            '--writing_params_path', 'ft.params', '--finetune_corpus_path', 'train.tsv',
+            '--max_epochs', '2'] + gpu, tmp_path)
+    proc = run_ok(['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path', 'ft.params',
+                   '--eval_corpus_path', 'dev.tsv', '--outputs_path', 'dev.predictions',
+                   '--device', 'cuda'], tmp_path)
+    assert len((tmp_path / 'dev.predictions').read_text(encoding='utf-8').splitlines()) == len(DEV)
+    assert f'out of {len(DEV)}.0' in proc.stdout or f'out of {len(DEV)}' in proc.stdout
+
+
 def test_kill_after_epoch_checkpoint_then_resume(tmp_path):
     """SIGKILL (a lost machine: no handler runs) after a --checkpoint_every checkpoint; the run
     resumes from that epoch boundary to the uninterrupted run's params. Finetuning, on a TSV with

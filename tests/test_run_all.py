@@ -81,7 +81,8 @@ def test_finished_stages_are_skipped(tmp_path):
                            '--out', str(tmp_path), '--models', 'vanilla', 'perceiver'],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.count('skip ') == 8
+    assert proc.stdout.count('skip ') == 2  # each model whole: its predictions are there
+    assert 'skip perceiver: its dev and test predictions exist' in proc.stdout
     assert '+ python src/run.py' not in proc.stdout
 
 
@@ -216,3 +217,88 @@ def test_a_sigterm_to_run_all_alone_lets_the_step_checkpoint_then_stops(tmp_path
     assert proc.returncode == 130, err
     assert (tmp_path / 'checkpoint').read_text() == 'written'
     assert 'interrupted: the same command continues' in err
+
+
+def test_a_model_whose_predictions_exist_is_skipped_whole(tmp_path):
+    """Predictions brought back from a GPU machine and carried to a fresh one: no params there,
+    yet nothing of the model runs again."""
+    for split in ('dev', 'test'):
+        (tmp_path / run_all.files_of('vanilla')[split]).write_text('London\n')
+    proc = subprocess.run([sys.executable, os.path.join(REPO, 'scripts', 'run_all.py'),
+                           '--out', str(tmp_path), '--models', 'vanilla'],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert 'skip vanilla: its dev and test predictions exist' in proc.stdout
+    assert '+ python src/run.py' not in proc.stdout
+    assert not (tmp_path / 'vanilla.pretrain.params').exists()
+
+
+# run.py stood in for: the first pretraining is stopped (its checkpoint written, exit 130 as
+# run.py after a SIGTERM); run again with --resume it finishes; every other step writes its output
+FAKE_RUN = '''
+import pathlib, sys, time
+argv = sys.argv[1:]
+flag = '--writing_params_path' if '--writing_params_path' in argv else '--outputs_path'
+out = pathlib.Path(argv[argv.index(flag) + 1])
+if argv[0] == 'pretrain' and '--resume' not in argv:
+    pathlib.Path(str(out) + '.ckpt').write_text('ckpt')
+    time.sleep(0.3)
+    sys.exit(130)
+time.sleep(0.2)
+out.write_text('London\\n')
+'''
+TIMED_DRIVER = '''
+import sys
+sys.path.insert(0, {scripts!r})
+import run_all
+run_all.RUN = {fake!r}
+sys.argv = ['run_all.py', '--out', {out!r}, '--models', 'vanilla']
+run_all.main()
+'''
+
+
+def test_a_step_continued_by_a_later_call_is_timed_over_both(tmp_path):
+    fake = tmp_path / 'fake_run.py'
+    fake.write_text(FAKE_RUN)
+    out = tmp_path / 'out'
+    driver = TIMED_DRIVER.format(scripts=os.path.join(REPO, 'scripts'), fake=str(fake), out=str(out))
+    first = subprocess.run([sys.executable, '-c', driver], capture_output=True, text=True)
+    assert first.returncode == 130, first.stderr
+    timings = json.loads((out / 'timings.json').read_text())
+    assert 'evaluate-dev' in timings['london']  # kept though the first step was interrupted
+    so_far = timings['vanilla']['pretrain so far']
+    assert so_far >= 0.3
+    second = subprocess.run([sys.executable, '-c', driver], capture_output=True, text=True)
+    assert second.returncode == 0, second.stderr
+    assert '--resume' in second.stdout
+    timings = json.loads((out / 'timings.json').read_text())
+    assert 'pretrain so far' not in timings['vanilla']
+    assert timings['vanilla']['pretrain'] >= so_far + 0.2  # both calls' seconds
+    # a model with a step left runs that step only
+    (out / 'vanilla.pretrain.test.predictions').unlink()
+    third = subprocess.run([sys.executable, '-c', driver], capture_output=True, text=True)
+    assert third.returncode == 0, third.stderr
+    assert [line.split(':')[0] for line in third.stdout.splitlines() if line.startswith('skip')] \
+        == ['skip vanilla pretrain', 'skip vanilla finetune', 'skip vanilla evaluate-dev']
+    assert third.stdout.count('+ python src/run.py evaluate') == 1
+
+
+def test_a_truncated_timings_file_is_one_warning_not_a_traceback(finished_run):
+    (finished_run / 'timings.json').write_text('{"london": {"evaluate-de')
+    proc = subprocess.run([sys.executable, os.path.join(REPO, 'scripts', 'run_all.py'),
+                           '--report-only', '--models', 'vanilla', '--out', str(finished_run)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count('\n') == 1 and 'timings.json: unreadable' in proc.stderr
+    assert (finished_run / 'report.md').exists()
+
+
+def test_the_commit_of_a_tree_without_git_is_the_one_passed_in(tmp_path, monkeypatch):
+    copy = tmp_path / 'copy'
+    shutil.copytree(os.path.join(REPO, 'scripts'), copy / 'scripts')
+    monkeypatch.setattr(run_all, 'REPO', str(copy))
+    monkeypatch.setenv('GIT_CEILING_DIRECTORIES', str(tmp_path))  # no repository above it
+    monkeypatch.delenv(run_all.COMMIT_ENV, raising=False)
+    assert run_all.commit() == 'unknown'
+    monkeypatch.setenv(run_all.COMMIT_ENV, 'abc1234')
+    assert run_all.commit() == 'abc1234'

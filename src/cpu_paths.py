@@ -3,9 +3,14 @@
 The ways of training a model on a CPU that compute the same function (fp32, or bf16 autocast where
 the CPU has bf16 arithmetic; for attention without dropout, the fused kernel or the written-out
 math) are timed for a few steps of this run's model and batch, the fastest is kept, its figures
-are printed in one line, and the choice is remembered for this machine and run shape (later runs
-skip measuring). Measured, not guessed: on one Intel Xeon with AVX-512-BF16, bf16 matrix products
-ran slower than fp32's.
+are printed in one line, and the choice is remembered with its figures for this machine and run
+shape. Measured, not guessed: on one Intel Xeon with AVX-512-BF16, bf16 matrix products ran slower
+than fp32's.
+
+A timing is only as good as the moment it was taken: a choice measured while other processes held
+the CPUs is used for that run and not remembered, and a remembered choice is checked against a
+few steps of each later run (its figure and the steps' within a factor AGREE, else every
+candidate is measured again).
 """
 import json
 import os
@@ -17,7 +22,41 @@ import torch
 from devices import bf16_supported
 from utils import atomic_write
 
-PATH_CACHE_FORMAT = 'cs224n-minGPT measured CPU paths, 1'
+PATH_CACHE_FORMAT = 'cs224n-minGPT measured CPU paths, 2'  # 2: each choice with its figures
+OLD_FORMATS = ('cs224n-minGPT measured CPU paths, 1',)  # choices without figures: measured anew
+BUSY_SHARE = 0.25  # other processes used more than this share of the CPUs: a busy machine
+AGREE = 1.5  # a remembered figure and this run's check of it further apart: measure again
+
+
+def cpu_times():
+    """(CPU seconds all processes of this machine have used, those this process has used), both
+    cumulative, from /proc; None where there is no /proc (the load is then not known)."""
+    try:
+        with open('/proc/stat') as f:
+            ticks = [int(v) for v in f.readline().split()[1:9]]
+        # user nice system idle iowait irq softirq steal: all but idle and iowait are busy (steal:
+        # a hypervisor gave the CPU to another machine)
+        busy = (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf('SC_CLK_TCK')
+        return busy, sum(os.times()[:2])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class LoadMeter:
+    """The share of the machine's CPUs that other processes used since it was made."""
+
+    def __init__(self, clock, times=cpu_times):
+        self.clock, self.times = clock, times
+        self.wall, self.start = clock(), times()
+
+    def others(self):
+        """That share (0..1), or None when it cannot be told."""
+        wall = self.clock() - self.wall
+        now = self.times()
+        if now is None or self.start is None or wall <= 0:
+            return None
+        busy, own = (now[0] - self.start[0]), (now[1] - self.start[1])
+        return max(0.0, busy - own) / (wall * (os.cpu_count() or 1))
 
 
 def default_path_cache():
@@ -65,13 +104,17 @@ def path_name(choice):
 
 
 def read_path_cache(path):
-    """{key: [precision, kernel]} from the cache file; a missing file is empty, an unreadable
-    or foreign one is ignored with a warning (and rewritten after the next measurement)."""
+    """{key: {'choice': [precision, kernel], 'seconds': {path name: seconds per step}}} from the
+    cache file; a missing file is empty, so is one of an older format (its choices have no
+    figures to check), an unreadable or foreign one is ignored with a warning (and rewritten
+    after the next measurement)."""
     if path is None or not os.path.exists(path):
         return {}
     try:
         with open(path, encoding='utf-8') as f:
             data = json.load(f)
+        if isinstance(data, dict) and data.get('format') in OLD_FORMATS:
+            return {}
         if not (isinstance(data, dict) and data.get('format') == PATH_CACHE_FORMAT
                 and isinstance(data.get('choices'), dict)):
             raise ValueError('not this program\'s cache')
@@ -92,6 +135,21 @@ def write_path_cache(path, choices):
         print(f'warning: could not write the cache of measured choices {path} ({e})', file=sys.stderr)
 
 
+def remembered(entry, candidates):
+    """(choice, its remembered seconds per step) from a cache entry, or None when the entry is not
+    one of this run's candidates with its figure."""
+    try:
+        choice = tuple(entry['choice'])
+        seconds = float(entry['seconds'][path_name(choice)])
+    except (TypeError, KeyError, ValueError):
+        return None
+    return (choice, seconds) if choice in candidates and seconds > 0 else None
+
+
+def median(values):
+    return sorted(values)[len(values) // 2]
+
+
 class ChoosePaths:
     """The trainer's extra for precision 'auto': before the first epoch, on a CPU, the measured
     choice (above) is set on the config and the model; on a GPU, bf16 where it has it."""
@@ -108,25 +166,45 @@ class ChoosePaths:
         if len(candidates) == 1 or trainer.distributed:  # (ranks must agree: no measuring there)
             choice, how = candidates[0] if len(candidates) == 1 else (candidates[-1][0], None), None
         else:
-            key = path_cache_key(raw_model, config.batch_size, len(trainer.train_dataset[0][1]))
-            cache = read_path_cache(config.path_cache)
-            choice = cache.get(key)
-            if choice in [list(c) for c in candidates]:
-                choice, how = tuple(choice), f'cached for this machine in {config.path_cache}'
-            else:
-                seconds = {}
-                for precision, kernel in candidates:
-                    raw_model.set_cpu_attention_path(kernel)
-                    times = trainer.timed_steps(precision, warm=1, timed=3)
-                    seconds[precision, kernel] = sorted(times)[1]
-                choice = min(candidates, key=seconds.get)
-                how = 'measured, median of 3 steps: ' + ', '.join(
-                    f'{path_name(c)} {seconds[c]:.3f} s' for c in candidates)
-                if config.path_cache is not None and trainer.rank == 0:
-                    cache[key] = list(choice)
-                    write_path_cache(config.path_cache, cache)
+            choice, how = self.choose(trainer, candidates)
         config.precision = choice[0]
         if hasattr(raw_model, 'set_cpu_attention_path'):
             raw_model.set_cpu_attention_path(choice[1])
         if how is not None and trainer.rank == 0:
             print(f'auto: {path_name(choice)} ({how})', flush=True)
+
+    @staticmethod
+    def time_path(trainer, choice, timed=3):
+        """Median seconds per step of `choice` (after one untimed step)."""
+        if hasattr(trainer.model, 'set_cpu_attention_path'):
+            trainer.model.set_cpu_attention_path(choice[1])
+        return median(trainer.timed_steps(choice[0], warm=1, timed=timed))
+
+    def choose(self, trainer, candidates):
+        """(choice, how it was made): the remembered one if this run's steps agree with its
+        figure, else the fastest measured now, remembered only if the machine was not busy."""
+        config = trainer.config
+        key = path_cache_key(trainer.model, config.batch_size, len(trainer.train_dataset[0][1]))
+        cache = read_path_cache(config.path_cache)
+        found, note = remembered(cache.get(key), candidates), ''
+        if found is not None:
+            choice, then = found
+            now = self.time_path(trainer, choice)
+            if max(now, then) <= AGREE * min(now, then):
+                return choice, (f'cached for this machine in {config.path_cache}: {then:.3f} s per '
+                                f'step then, {now:.3f} s now')
+            note = f'; the cached {path_name(choice)} took {then:.3f} s per step then, {now:.3f} s now'
+        meter = LoadMeter(trainer.clock, config.cpu_times or cpu_times)
+        seconds = {c: self.time_path(trainer, c) for c in candidates}
+        choice = min(candidates, key=seconds.get)
+        how = 'measured, median of 3 steps: ' + ', '.join(
+            f'{path_name(c)} {seconds[c]:.3f} s' for c in candidates) + note
+        others = meter.others()
+        if others is not None and others > BUSY_SHARE:
+            how += (f'; not remembered: other processes used {others:.0%} of the CPUs while it '
+                    'was measured')
+        elif config.path_cache is not None and trainer.rank == 0:
+            cache[key] = {'choice': list(choice),
+                          'seconds': {path_name(c): round(s, 6) for c, s in seconds.items()}}
+            write_path_cache(config.path_cache, cache)
+        return choice, how

@@ -65,6 +65,7 @@ class TrainerConfig:
     start_time = None  # when the budget's clock started (time.time()); None: when train() starts
     budget_may_grow = False  # a budget too small for one epoch trains one (a preset's), not an error (a flag's)
     clock = None  # what the time budget and the measured steps read (time.time; tests drive their own)
+    cpu_times = None  # what 'auto' reads to tell a busy machine (cpu_paths.cpu_times; tests drive their own)
     budget_asked = None  # the time budget's record of the (max_epochs, final_tokens) asked for
     relaid = None  # (t0, p0, t1, p1): a budget re-planned the epochs, see cosine_progress
 

@@ -2,7 +2,10 @@
 compute the same function (fp32 / bf16 autocast where the CPU has bf16; attention through the
 fused kernel / the written-out math where attention has no dropout) are timed on this run's
 model and batch, the fastest is kept and printed with the figures, and the choice is remembered
-per machine and run shape; measuring changes nothing else; a bad cache file is a warning."""
+per machine and run shape with its figures; measuring changes nothing else; a bad cache file is
+a warning. A choice measured on a busy machine is not remembered, and a remembered one is checked
+against the run's own steps (measured again when they disagree): a stand-in clock and stand-in
+CPU counters drive those cases."""
 import json
 
 import pytest
@@ -18,8 +21,32 @@ import utils
 CORPUS = '\n'.join(f'Person {i} was born in Town {i % 7} and wrote {i} books.' for i in range(24))
 
 
-def run(cache, precision='auto', dropout=0.0, kernel='unset'):
+class Machine:
+    """A stand-in clock and CPU counters (cpu_paths.cpu_times): each reading of the clock moves
+    time on by `tick` seconds, during which this process uses all the cores and other processes
+    `others` of them."""
+
+    def __init__(self, tick=0.1, others=0.0):
+        self.now, self.tick, self.others = 0.0, tick, others
+        self.busy = self.own = 0.0
+
+    def advance(self, seconds):
+        cores = cpu_paths.os.cpu_count()
+        self.now += seconds
+        self.own += seconds * cores * (1 - self.others)
+        self.busy += seconds * cores
+
+    def clock(self):
+        self.advance(self.tick)
+        return self.now
+
+    def cpu_times(self):
+        return self.busy, self.own
+
+
+def run(cache, precision='auto', dropout=0.0, kernel='unset', machine=None):
     utils.set_seed(0)
+    machine = machine or Machine()
     data = dataset.CharCorruptionDataset(CORPUS, 64)
     conf = model.GPTConfig(data.vocab_size, 64, n_layer=2, n_head=2, n_embd=32)
     conf.embd_pdrop = conf.resid_pdrop = conf.attn_pdrop = dropout
@@ -27,7 +54,8 @@ def run(cache, precision='auto', dropout=0.0, kernel='unset'):
     if kernel != 'unset':
         gpt.set_cpu_attention_path(kernel)
     tconf = trainer.TrainerConfig(max_epochs=1, batch_size=8, learning_rate=3e-3,
-                                  precision=precision, path_cache=str(cache))
+                                  precision=precision, path_cache=str(cache),
+                                  clock=machine.clock, cpu_times=machine.cpu_times)
     trainer.Trainer(gpt, data, None, tconf).train()
     return tconf, gpt
 
@@ -45,7 +73,9 @@ def test_measured_choice_is_printed_remembered_and_changes_nothing_else(tmp_path
     (kernel,) = kernels(gpt)
     assert kernel in (True, False) and conf.precision in ('fp32', 'bf16')
     saved = json.loads(cache.read_text())
-    assert list(saved['choices'].values()) == [[conf.precision, kernel]]
+    [entry] = saved['choices'].values()
+    assert entry['choice'] == [conf.precision, kernel]
+    assert set(entry['seconds']) == {cpu_paths.path_name(c) for c in cpu_paths.cpu_candidates(gpt)}
     # the next run of the same shape takes it from the cache, and trains exactly as a run that
     # was told that precision and path: the measuring steps were undone
     conf2, gpt2 = run(cache)
@@ -88,3 +118,85 @@ def test_a_corrupt_or_foreign_cache_is_a_warning(tmp_path, capsys, content):
     err = capsys.readouterr().err
     assert f'warning: ignoring the cache of measured choices {cache}' in err
     assert json.loads(cache.read_text())['format'] == cpu_paths.PATH_CACHE_FORMAT  # measured anew
+
+
+def fake_timings(monkeypatch, machine, seconds):
+    """timed_steps stood in for: each candidate's steps take seconds[(precision, kernel)] on the
+    stand-in clock; returns the list of the candidates timed, in order."""
+    timed_paths = []
+
+    def timed(self, precision, warm, timed, ahead=False, stop=None):
+        kernel, = kernels(self.model)
+        timed_paths.append((precision, kernel))
+        machine.advance((warm + timed) * seconds[precision, kernel])
+        return [seconds[precision, kernel]] * timed
+    monkeypatch.setattr(trainer.Trainer, 'timed_steps', timed)
+    return timed_paths
+
+
+KERNEL_FASTER = {('fp32', True): 0.4, ('fp32', False): 0.6}
+MATH_FASTER = {('fp32', True): 0.9, ('fp32', False): 0.5}
+
+
+def test_a_choice_measured_on_a_busy_machine_is_used_but_not_remembered(tmp_path, monkeypatch,
+                                                                        capsys):
+    monkeypatch.setattr(devices, 'cpu_has_bf16', lambda: False)
+    busy = Machine(others=0.5)  # another process held half the CPUs while the steps were timed
+    fake_timings(monkeypatch, busy, KERNEL_FASTER)
+    conf, gpt = run(tmp_path / 'paths.json', machine=busy)
+    assert (conf.precision, kernels(gpt)) == ('fp32', {True})
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith('auto: '))
+    assert 'not remembered: other processes used 50% of the CPUs' in line
+    assert not (tmp_path / 'paths.json').exists()
+    # idle, the same measurement is remembered, with its figures
+    fake_timings(monkeypatch, Machine(), KERNEL_FASTER)
+    run(tmp_path / 'paths.json')
+    [entry] = json.loads((tmp_path / 'paths.json').read_text())['choices'].values()
+    assert entry == {'choice': ['fp32', True],
+                     'seconds': {'fp32 + attention kernel': 0.4, 'fp32 + attention math': 0.6}}
+
+
+def test_a_remembered_choice_is_checked_against_the_runs_steps(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(devices, 'cpu_has_bf16', lambda: False)
+    cache = tmp_path / 'paths.json'
+    fake_timings(monkeypatch, Machine(), KERNEL_FASTER)
+    run(cache)
+    capsys.readouterr()
+    # the same pace: the cached choice is taken, after timing it alone
+    timed = fake_timings(monkeypatch, Machine(), {('fp32', True): 0.5, ('fp32', False): 0.6})
+    conf, gpt = run(cache)
+    assert timed == [('fp32', True)] and kernels(gpt) == {True}
+    assert 'cached for this machine' in capsys.readouterr().out
+    # the kernel now takes 2.25 times its figure (it was measured at a bad moment, or the machine
+    # changed): every candidate is measured again, and the faster one now is remembered
+    timed = fake_timings(monkeypatch, Machine(), MATH_FASTER)
+    conf, gpt = run(cache)
+    assert timed == [('fp32', True), ('fp32', True), ('fp32', False)]
+    assert kernels(gpt) == {False}
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith('auto: '))
+    assert line.startswith('auto: fp32 + attention math (measured') and \
+        'the cached fp32 + attention kernel took 0.400 s per step then, 0.900 s now' in line
+    [entry] = json.loads(cache.read_text())['choices'].values()
+    assert entry['choice'] == ['fp32', False]
+
+
+def test_a_cache_of_the_older_format_is_measured_anew_quietly(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(devices, 'cpu_has_bf16', lambda: False)
+    cache = tmp_path / 'paths.json'
+    cache.write_text(json.dumps({'format': cpu_paths.OLD_FORMATS[0], 'choices': {'k': ['fp32', True]}}))
+    timed = fake_timings(monkeypatch, Machine(), MATH_FASTER)
+    run(cache)
+    assert timed == [('fp32', True), ('fp32', False)]
+    assert 'warning' not in capsys.readouterr().err
+    assert json.loads(cache.read_text())['format'] == cpu_paths.PATH_CACHE_FORMAT
+
+
+def test_the_load_meter_reads_other_processes_share():
+    cores = cpu_paths.os.cpu_count()
+    readings = iter([(100.0, 10.0), (100.0 + 4 * cores, 10.0 + 3 * cores)])
+    clock = iter([0.0, 4.0])
+    meter = cpu_paths.LoadMeter(lambda: next(clock), lambda: next(readings))
+    assert meter.others() == pytest.approx(0.25)  # 4 s busy, 3 s ours, on every core
+    assert cpu_paths.LoadMeter(lambda: 0.0, lambda: None).others() is None
+    real = cpu_paths.cpu_times()
+    assert real is None or (real[0] >= 0 and real[1] >= 0)

@@ -7,8 +7,11 @@ so the cosine keeps its shape and reaches its floor at the last step. After ever
 epochs left are fitted again to the time left, at the pace the epochs have run (a few timed
 steps can mislead, and a machine gets busier or idler), and when that changes the plan, the rest
 of the cosine is laid over the new number of epochs from where the schedule stands (the learning
-rate goes on smoothly, and the last step is at the floor). The run trains the number of epochs it
-printed last. A budgeted run that fits every epoch is the unbudgeted run.
+rate goes on smoothly, and the last step is at the floor). The plan changes only when it matters:
+it shrinks when the epochs planned would end past the budget less half its margin, and grows when
+at least GROW more epochs fit, so a pace that wavers by a few percent leaves it alone. The run
+trains the number of epochs it printed last. A budgeted run that fits every epoch is the
+unbudgeted run.
 """
 import time
 
@@ -16,6 +19,7 @@ import distributed
 from utils import UsageError
 
 MARGIN = 0.05  # of the budget, kept for epoch ends, saves, the evaluation after and noise
+GROW = 0.05  # a plan grows by this share of its epochs or more (and at least 2): no trend else
 
 
 def epochs_that_fit(seconds, epoch_seconds, budget):
@@ -90,8 +94,14 @@ class TimeBudget:
         if done >= config.max_epochs:
             return False
         pace = max(self.epoch_times[-1], sum(self.epoch_times) / len(self.epoch_times))
-        fit = max(epochs_that_fit(self.left(trainer), pace, config.time_budget), 0)
+        left = self.left(trainer)
+        fit = max(epochs_that_fit(left, pace, config.time_budget), 0)
         epochs = min(done + fit, config.budget_asked[0])
+        planned = config.max_epochs
+        if epochs < planned and (planned - done) * pace <= left - MARGIN / 2 * config.time_budget:
+            epochs = planned  # the plan still ends inside the budget (in half of its margin)
+        if planned < epochs < planned + max(2, GROW * planned):
+            epochs = planned  # a few more epochs would fit: a faster epoch or two is no trend
         epochs = int(distributed.agree(epochs, trainer.device, 'min'))  # the fewest any rank can
         if epochs == config.max_epochs:
             return False

@@ -203,3 +203,20 @@ def test_a_resumed_budgeted_run_lays_its_schedule_over_the_epochs_it_trains(
     assert 'time budget: after epoch 4' in out and t.config.max_epochs > 12, out
     assert len(lrs) == 3 * (t.config.max_epochs - 3)
     assert lrs[-1] == pytest.approx(1e-4)
+
+
+def test_a_wavering_pace_leaves_the_plan_alone(name_data, monkeypatch, capsys):
+    """Steps of 100 ms, 4% slower and faster by turns from epoch to epoch (a machine's ordinary
+    noise), in a budget the measured pace fills: the plan is made once and kept (before: it was
+    made again after most epochs, 40 <-> 43 on a real run), the run ends inside the budget with
+    its schedule at the floor at the last step."""
+    clock = slow_steps(monkeypatch, lambda n: 0.1 * (1.04 if (n // 3) % 2 else 0.96))
+    monkeypatch.setattr(trainer.Trainer, 'timed_steps', lambda self, *a, **k: [0.1] * 3)
+    start = clock()
+    t, _, lrs = budgeted_run(name_data, 6, max_epochs=50, start_time=start, clock=clock)
+    took = clock() - start
+    out = capsys.readouterr().out
+    assert 'time budget 0.1 min: 18 epochs' in out  # (6 - 0.3) // 0.3, in floats
+    assert 'time budget: after epoch' not in out and 'stopping' not in out, out
+    assert t.config.max_epochs == 18 and len(lrs) == 3 * 18
+    assert took <= 6 and lrs[-1] == pytest.approx(1e-4)

@@ -7,7 +7,8 @@
 #                                   minutes: as many epochs as fit on this machine)
 #   bash scripts/main.sh --full     the handout's full schedule whatever the machine
 #   bash scripts/main.sh --preset NAME   any preset of src/presets.py
-# Outputs (handout file names) go to runs/main/; tensorboard logs to runs/main/expt/.
+# Outputs (handout file names) go to runs/main/; tensorboard logs to runs/main/expt/; the loss
+# curves as a picture to runs/main/loss_curves.png.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -45,5 +46,7 @@ run evaluate vanilla wiki.txt --reading_params_path vanilla.finetune.params \
 run evaluate vanilla wiki.txt --reading_params_path vanilla.finetune.params \
   --eval_corpus_path birth_dev.tsv --outputs_path vanilla.pretrain.dev.predictions \
   | tee dev_accuracy.txt
+# the loss curves of both trainings as a picture (and run_all's report of this folder)
+python "$src/../scripts/run_all.py" --report-only --preset "$preset" --models vanilla --out . >/dev/null
 echo "dev accuracy ($preset preset): $(grep Correct dev_accuracy.txt) (London baseline: 5.0%)"
-echo "predictions and params: $out/"
+echo "predictions and params: $out/; loss curves: $out/loss_curves.png; report: $out/report.md"

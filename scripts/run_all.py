@@ -256,7 +256,7 @@ def plot(curves, path):
 
 def report(out, timings, flags, preset, models=MODELS, out_arg=None, time_budget=None):
     rows = []
-    for name in ['london', *MODELS]:
+    for name in ['london', *models]:
         acc = dev_accuracy(out, name)
         public, minimum = REFERENCE[name]
         rows.append(dict(model=name, dev=acc, seconds=timings.get(name, {}), public=public,

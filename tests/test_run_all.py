@@ -94,6 +94,9 @@ def test_the_report_names_the_command_that_ran(finished_run):
     assert report['command'] == ('python scripts/run_all.py --preset cpu-45min --models vanilla '
                                  f'--out {finished_run} -- --seed 3')
     assert report['seed'] == 3
+    # the models asked for, as main.sh asks it of its folder for the loss curves' picture
+    assert [m['model'] for m in report['models']] == ['london', 'vanilla']
+    assert (finished_run / 'loss_curves.png').read_bytes()[:4] == b'\x89PNG'
 
 
 def test_an_unknown_preset_is_one_error_line(tmp_path):

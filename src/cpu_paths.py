@@ -19,44 +19,13 @@ import sys
 
 import torch
 
+from cpu_load import BUSY_SHARE, LoadMeter, cpu_times
 from devices import bf16_supported
 from utils import atomic_write
 
 PATH_CACHE_FORMAT = 'cs224n-minGPT measured CPU paths, 2'  # 2: each choice with its figures
 OLD_FORMATS = ('cs224n-minGPT measured CPU paths, 1',)  # choices without figures: measured anew
-BUSY_SHARE = 0.25  # other processes used more than this share of the CPUs: a busy machine
 AGREE = 1.5  # a remembered figure and this run's check of it further apart: measure again
-
-
-def cpu_times():
-    """(CPU seconds all processes of this machine have used, those this process has used), both
-    cumulative, from /proc; None where there is no /proc (the load is then not known)."""
-    try:
-        with open('/proc/stat') as f:
-            ticks = [int(v) for v in f.readline().split()[1:9]]
-        # user nice system idle iowait irq softirq steal: all but idle and iowait are busy (steal:
-        # a hypervisor gave the CPU to another machine)
-        busy = (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf('SC_CLK_TCK')
-        return busy, sum(os.times()[:2])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-class LoadMeter:
-    """The share of the machine's CPUs that other processes used since it was made."""
-
-    def __init__(self, clock, times=cpu_times):
-        self.clock, self.times = clock, times
-        self.wall, self.start = clock(), times()
-
-    def others(self):
-        """That share (0..1), or None when it cannot be told."""
-        wall = self.clock() - self.wall
-        now = self.times()
-        if now is None or self.start is None or wall <= 0:
-            return None
-        busy, own = (now[0] - self.start[0]), (now[1] - self.start[1])
-        return max(0.0, busy - own) / (wall * (os.cpu_count() or 1))
 
 
 def default_path_cache():

@@ -18,7 +18,11 @@ import time
 
 START = time.time()  # a --time_budget counts from here
 
-from torch.utils.data import ConcatDataset
+import cpu_load  # noqa: E402
+# before torch is imported: OpenMP reads its wait policy once, when it starts
+WAIT_POLICY = cpu_load.choose_wait_policy()
+
+from torch.utils.data import ConcatDataset  # noqa: E402
 
 import checkpoint
 import cpu_paths
@@ -305,6 +309,8 @@ def run(args):
 
 def main(argv=None):
     args = parse_args(argv)
+    if WAIT_POLICY is not None:
+        print(WAIT_POLICY, flush=True)
     try:
         run(args)
     except UsageError as e:

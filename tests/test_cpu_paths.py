@@ -11,6 +11,7 @@ import json
 import pytest
 import torch
 
+import cpu_load
 import cpu_paths
 import dataset
 import devices
@@ -192,11 +193,27 @@ def test_a_cache_of_the_older_format_is_measured_anew_quietly(tmp_path, monkeypa
 
 
 def test_the_load_meter_reads_other_processes_share():
-    cores = cpu_paths.os.cpu_count()
+    cores = cpu_load.os.cpu_count()
     readings = iter([(100.0, 10.0), (100.0 + 4 * cores, 10.0 + 3 * cores)])
     clock = iter([0.0, 4.0])
-    meter = cpu_paths.LoadMeter(lambda: next(clock), lambda: next(readings))
+    meter = cpu_load.LoadMeter(lambda: next(clock), lambda: next(readings))
     assert meter.others() == pytest.approx(0.25)  # 4 s busy, 3 s ours, on every core
-    assert cpu_paths.LoadMeter(lambda: 0.0, lambda: None).others() is None
-    real = cpu_paths.cpu_times()
+    assert cpu_load.LoadMeter(lambda: 0.0, lambda: None).others() is None
+    real = cpu_load.cpu_times()
     assert real is None or (real[0] >= 0 and real[1] >= 0)
+
+
+@pytest.mark.parametrize('environ,share,policy,says', [
+    ({}, 0.5, 'PASSIVE', True),  # one CPU-bound process on a 2-core machine
+    ({}, 0.25, 'PASSIVE', True),
+    ({}, 0.1, None, False),  # idle enough: OpenMP's default (spin, then sleep) is the faster
+    ({}, None, None, False),  # no /proc: not known, left alone
+    ({'OMP_WAIT_POLICY': 'ACTIVE'}, 0.9, 'ACTIVE', False),  # the user's choice stands
+    ({cpu_load.OFF: 'default'}, 0.9, None, False),
+])
+def test_a_busy_machine_gets_passive_openmp_threads(environ, share, policy, says):
+    line = cpu_load.choose_wait_policy(environ, measure=lambda: share)
+    assert environ.get('OMP_WAIT_POLICY') == policy
+    assert (line is not None) is says
+    if says:
+        assert line.startswith(f'cpu: other processes are using {share:.0%} of the CPUs')

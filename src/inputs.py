@@ -113,12 +113,25 @@ def read_questions(path, stoi, strict):
     None for a blank line (it gets an empty prediction, so the predictions file still has one
     line per input line). Characters outside the pretraining vocabulary are dropped with a
     warning naming the line (the handout would stop with a KeyError), or are an error with
-    `strict`."""
-    prompts = []
+    `strict`. A question holding ⁇ itself is an error naming the line: the answer is read after
+    the first ⁇, so it would be read from inside the question."""
+    return read_evaluation(path, stoi, strict)[0]
+
+
+def read_evaluation(path, stoi, strict):
+    """(read_questions' prompts, the file's lines as utils.score_places takes them): the file is
+    read once, so a pipe (`<(cat dev.tsv)`) gives its accuracy too."""
+    prompts, lines = [], []
     for lineno, row in enumerate(read_gold_lines(path, '--eval_corpus_path'), 1):
         if row is None:
             prompts.append(None)
+            lines.append([''])
             continue
+        lines.append([row[0]] if row[1] is None else [row[0].strip(), row[1]])
+        if dataset.MASK_CHAR in row[0]:
+            raise UsageError(f'--eval_corpus_path {path} line {lineno}: the question holds '
+                             f'{dataset.MASK_CHAR} (the mask character), after which the answer '
+                             'is read')
         question = row[0] + dataset.MASK_CHAR
         unknown = sorted(set(question) - set(stoi))
         if unknown:
@@ -128,7 +141,7 @@ def read_questions(path, stoi, strict):
             print(f'warning: {path} line {lineno}: dropped characters outside the '
                   f'vocabulary: {"".join(unknown)!r}', file=sys.stderr)
         prompts.append([stoi[c] for c in question if c in stoi])
-    return prompts
+    return prompts, lines
 
 
 def describe_params(state):

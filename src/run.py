@@ -241,8 +241,9 @@ def predict(gpt, prompts, vocab, device, precision='fp32', batch_size=256):
     return predictions
 
 
-def evaluate(gpt, args, corpus, prompts, vocab, device):
-    """Greedy answers to inputs.read_questions' prompts, written to --outputs_path (one per line)."""
+def evaluate(gpt, args, gold_lines, prompts, vocab, device):
+    """Greedy answers to inputs.read_evaluation's prompts, written to --outputs_path (one per
+    line), scored against its gold lines as the handout's utils.evaluate_places scores them."""
     precision = devices.pick_precision(args.precision, device, training=False)
     predictions = predict(gpt, prompts, vocab, device, precision, args.eval_batch_size)
 
@@ -251,7 +252,7 @@ def evaluate(gpt, args, corpus, prompts, vocab, device):
             for pred in predictions:
                 fout.write(pred + '\n')
     utils.atomic_write(args.outputs_path, write)
-    total, correct = utils.evaluate_places(corpus, predictions)
+    total, correct = utils.score_places(gold_lines, predictions)
     if total > 0:
         print('Correct: {} out of {}: {}%'.format(correct, total, correct / total * 100))
     else:
@@ -286,7 +287,8 @@ def run(args):
             finetune_dataset = ConcatDataset([finetune_dataset,
                                               dataset.LeadInDataset(pretrain_dataset, lead)])
     elif args.function == 'evaluate':
-        prompts = inputs.read_questions(args.eval_path, pretrain_dataset.stoi, args.strict)
+        prompts, gold_lines = inputs.read_evaluation(args.eval_path, pretrain_dataset.stoi,
+                                                     args.strict)
 
     gpt = build_model(args, pretrain_dataset.vocab_size, pretrain_dataset.block_size, device)
     if args.reading_params_path is not None and args.function != 'pretrain':
@@ -301,7 +303,7 @@ def run(args):
             train(gpt, finetune_dataset, args, stage, len(pretrain_dataset), args.finetune_lr,
                   device, writer, args.writing_params_path)
         elif distributed.rank() == 0:
-            evaluate(gpt, args, args.eval_path, prompts, pretrain_dataset, device)
+            evaluate(gpt, args, gold_lines, prompts, pretrain_dataset, device)
     finally:  # also on an interrupt: the steps logged so far reach the events file
         if writer is not None:
             writer.close()

@@ -78,6 +78,12 @@ def evaluate_places(filepath, predicted_places):
     """
     with open(filepath, encoding='utf-8') as fin:
         lines = [[field.strip() for field in x.rstrip('\r\n').split('\t')] for x in fin]
+    return score_places(lines, predicted_places)
+
+
+def score_places(lines, predicted_places):
+    """evaluate_places on a file's lines already read and split at the tab (stripped fields;
+    [''] for a blank line)."""
     # One prediction per line of the file. Beyond the handout (which fails on them with an
     # IndexError): an empty file and blank lines have no gold place and are not counted, and
     # each line has a gold place or not by itself (the handout's x.strip() would take the tab of

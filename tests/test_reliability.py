@@ -83,6 +83,7 @@ def ws(tmp_path_factory):
       + 'Where was Zo Abel born?\tGeneva\n' + tsv(DEV[2:]))
     w('dev_no_place.tsv', 'Where was Ada Brook born?\t\n' + tsv(DEV))
     w('dev_no_question.tsv', '\tLondon\n' + tsv(DEV))
+    w('dev_mask.tsv', tsv(DEV[:3]) + f'Where was Ada {dataset.MASK_CHAR} Brook born?\tLondon\n')
     os.symlink('corpus.txt', d / 'corpus_link.txt')
     (d / 'adir' / 'ck.params.ckpt').mkdir()  # a folder where the checkpoint of ck.params goes
     gpt = tiny_gpt()
@@ -183,6 +184,9 @@ BAD_INPUT = {
     'eval-unknown-char-strict': (['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path',
                                   'vanilla.params', '--eval_corpus_path', 'dev_unknown.tsv',
                                   '--strict'] + EV, ['dev_unknown.tsv', 'line 3', "'é'", 'vocabulary']),
+    'eval-question-with-mask': (['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path',
+                                 'vanilla.params', '--eval_corpus_path', 'dev_mask.tsv'] + EV,
+                                ['dev_mask.tsv', 'line 4', 'mask character']),
     # params files
     'params-missing': (['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path', 'no.params',
                         '--eval_corpus_path', 'dev.tsv'] + EV,
@@ -992,3 +996,16 @@ def test_torchrun_two_cuda_ranks_train_like_one_cuda_process(tmp_path):
         a, b = tb_scalars(one, tag), tb_scalars(two, tag)
         assert [s for s, _ in a] == [s for s, _ in b]
         assert all(y == pytest.approx(x, rel=1e-3) for (_, x), (_, y) in zip(a, b))
+
+
+def test_evaluation_reads_its_file_once_so_a_pipe_is_scored(ws, tmp_path):
+    """`--eval_corpus_path <(cat dev.tsv)`: a pipe can be read once. Before, the questions were
+    read, then the file again for the gold places: the second read found nothing, and the
+    command said "no targets provided"."""
+    proc = subprocess.run(['bash', '-c', f'"{sys.executable}" "{RUN}" evaluate vanilla corpus.txt '
+                           '--reading_params_path vanilla.params --eval_corpus_path <(cat dev.tsv) '
+                           f'--outputs_path "{tmp_path}/pipe.predictions" ' + ' '.join(FAST)],
+                          cwd=ws, env=ENV, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert f'out of {float(len(DEV))}' in proc.stdout, proc.stdout
+    assert len((tmp_path / 'pipe.predictions').read_text().splitlines()) == len(DEV)

@@ -1,12 +1,24 @@
 """Tests import the modules of src/ the way run.py does (`import dataset`, `import model`)."""
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SRC = os.path.join(REPO, 'src')
 if SRC not in sys.path:
     sys.path.insert(0, SRC)
 RUN = os.path.join(REPO, 'src', 'run.py')
+
+# Every run.py the suite starts (in process or as a child) leaves the user's files and its own
+# output alone: the measured CPU choices go to a file of this session's, not the user's cache,
+# and OpenMP's wait policy is not chosen from the machine's load (that choice has its own tests;
+# measuring it would cost each child 0.1 s and print a line only on a busy machine).
+_CACHE = tempfile.mkdtemp(prefix='cs224n-test-cache-')
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+os.environ['CS224N_PATH_CACHE'] = os.path.join(_CACHE, 'cpu_paths.json')
+os.environ['CS224N_WAIT_POLICY'] = 'default'
 
 # Made-up people and places for tiny corpora and TSVs (the CLI tests train on these)
 PEOPLE = [('Ada Brook', 'London'), ('Ben Carter', 'Paris'), ('Cleo Dunn', 'Berlin'),

@@ -180,7 +180,7 @@ pack() {  # summary.md and results.tgz in $out, each replaced whole (a kill leav
 
 started=$(date -u +%FT%TZ)
 rc=0
-rm -f "$work/under_way"  # a killed call's
+rm -f "$work/under_way" "$out"/.summary.md.* "$out"/.results.tgz.*  # a killed call's
 pack
 # while a stage runs, the pair is refreshed every GPU_CHECK_TICK seconds (a run_all step or a
 # benchmark row that ended shows up there without waiting for the stage's end)

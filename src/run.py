@@ -19,8 +19,9 @@ import time
 START = time.time()  # a --time_budget counts from here
 
 import cpu_load  # noqa: E402
-# before torch is imported: OpenMP reads its wait policy once, when it starts
-WAIT_POLICY = cpu_load.choose_wait_policy()
+# before torch is imported: OpenMP reads its wait policy once, when it starts. Only as the
+# command: a program that imports run has chosen its own (and mostly imported torch already).
+WAIT_POLICY = cpu_load.choose_wait_policy() if __name__ == '__main__' else None
 
 from torch.utils.data import ConcatDataset  # noqa: E402
 

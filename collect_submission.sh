@@ -10,7 +10,7 @@
 #   bash collect_submission.sh --dir runs/all-handout  # params/predictions from another folder
 #   bash collect_submission.sh --output /tmp/a5.zip    # another zip path
 #
-# The file lists, the checks and the zipping are scripts/submission.py's (a module a grader can
+# The file lists, the checks and the zipping are scripts/grading/submission.py's (a module a grader can
 # import); this wrapper only finds a Python 3. Exit status: 0 zip written, 1 submission
 # incomplete, 2 bad usage / edition unclear.
 set -euo pipefail
@@ -20,4 +20,4 @@ if ! command -v "$PYTHON" >/dev/null 2>&1; then
   echo "error: $PYTHON not found (set PYTHON to a Python 3 interpreter)" >&2
   exit 2
 fi
-exec "$PYTHON" "$REPO/scripts/submission.py" "$@"
+exec "$PYTHON" "$REPO/scripts/grading/submission.py" "$@"

@@ -11,7 +11,7 @@
 # tests       the CUDA half of the test suite (every test parametrised over the devices, the
 #             CUDA resume / DataLoader-worker / DDP tests, run.py --device cuda end to end),
 #             log in cuda_tests.log;
-# bench       scripts/benchmark.py --device cuda --compile: plain vs fast vs compiled, every
+# bench       scripts/dev/benchmark.py --device cuda --compile: plain vs fast vs compiled, every
 #             variant (or --variants), model FLOP utilisation -> benchmarks.md, rewritten after
 #             every row;
 # assignment  scripts/run_all.py -- --device cuda (London, then the --models given, default all:
@@ -129,7 +129,7 @@ stage_tests() {
   run_for "tests" 1800 bash -c "set -o pipefail; '$PY' -m pytest -q -rs -k cuda tests/ 2>&1 | tee '$work/cuda_tests.log'"
 }
 stage_bench() {
-  run_for "bench" 1800 "$PY" scripts/benchmark.py --device cuda --compile --out "$work/benchmarks.md" \
+  run_for "bench" 1800 "$PY" scripts/dev/benchmark.py --device cuda --compile --out "$work/benchmarks.md" \
     ${variants:+--variants ${variants//,/ }}
 }
 stage_assignment() {

@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.join(REPO, 'src'))
 from datafiles import resolve  # noqa: E402
 from presets import PRESETS  # noqa: E402
 from paths import out_folder_problem  # noqa: E402
-from utils import MAX_BUDGET_MINUTES, OneLineParser, evaluate_places  # noqa: E402
+from utils import MAX_BUDGET_MINUTES, OneLineParser, evaluate_places, source_commit  # noqa: E402
 
 # name -> (variant, extra flags, pretrain?)
 MODELS = {
@@ -183,24 +183,6 @@ def device_name(flags):
     return f'GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}'
 
 
-COMMIT_ENV = 'A5_COMMIT'  # the commit of a copied working tree without .git (gpu_check --commit)
-
-
-def commit():
-    """The checkout's commit (with '+uncommitted changes' when tracked files differ), else
-    $A5_COMMIT (a copy of the tree without .git, as on a lent GPU machine), else 'unknown'."""
-    try:
-        rev = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=REPO, text=True,
-                             capture_output=True)
-        if rev.returncode == 0 and rev.stdout.strip():
-            dirty = subprocess.run(['git', 'status', '--porcelain', '--untracked-files=no'],
-                                   cwd=REPO, text=True, capture_output=True).stdout.strip()
-            return rev.stdout.strip() + ('+uncommitted changes' if dirty else '')
-    except OSError:
-        pass
-    return os.environ.get(COMMIT_ENV) or 'unknown'
-
-
 def read_losses(out):
     """{'<model>/<function>': [(step, loss)]} from the tensorboard logs under out/expt."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -261,7 +243,7 @@ def report(out, timings, flags, preset, models=MODELS, out_arg=None, time_budget
         public, minimum = REFERENCE[name]
         rows.append(dict(model=name, dev=acc, seconds=timings.get(name, {}), public=public,
                          handout_minimum=minimum))
-    info = dict(preset=preset, flags=flags, device=device_name(flags), commit=commit(),
+    info = dict(preset=preset, flags=flags, device=device_name(flags), commit=source_commit(),
                 seed=int(flags[flags.index('--seed') + 1]) if '--seed' in flags else 0,
                 date=time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime()), models=rows)
     info['command'] = ' '.join(['python scripts/run_all.py', '--preset', preset]

@@ -58,7 +58,7 @@ class TimeBudget:
         config = trainer.config
         # past 3 timed steps, stop once the measuring costs 2% of the budget
         times = trainer.timed_steps(
-            config.precision, warm=3 if config.compile else 2, timed=10,
+            trainer.precision, warm=3 if config.compile else 2, timed=10,
             ahead=trainer.batches.ahead,
             stop=lambda t: len(t) >= 3 and self.clock() - self.start > 0.02 * config.time_budget)
         step = sorted(times)[len(times) // 2]  # the median: one slow step is no trend
@@ -75,60 +75,60 @@ class TimeBudget:
             if trainer.rank == 0:  # a preset's budget (or run_all's share) on a slow machine: still params
                 print(f'warning: the time budget of {too_small}; training one epoch', flush=True)
             fit = 1
-        config.budget_asked = config.max_epochs, config.final_tokens  # what the plans scale
-        epochs = min(fit, config.max_epochs)
+        schedule = trainer.schedule
+        epochs = min(fit, schedule.max_epochs)
         if trainer.rank == 0:
             print(f'time budget {config.time_budget / 60:g} min: {epochs} epochs of {steps_per_epoch} '
                   f'steps ({step:.3f} s per step measured, {epoch_seconds:.1f} s per epoch) -> about '
                   f'{epochs * epoch_seconds / 60:.1f} min'
-                  + ('' if epochs < config.max_epochs else f' (all {epochs}: the most asked for)'),
+                  + ('' if epochs < schedule.max_epochs else f' (all {epochs}: the most asked for)'),
                   flush=True)
-        asked, asked_final = config.budget_asked
-        config.final_tokens = asked_final * epochs / asked if epochs < asked else asked_final
-        config.max_epochs = epochs
+        asked, asked_final = schedule.asked
+        schedule.final_tokens = asked_final * epochs / asked if epochs < asked else asked_final
+        schedule.max_epochs = epochs
 
     def replan(self, trainer, done):
         """After `done` epochs: the epochs that fit in the time left at the pace so far (the
         slower of the last epoch and the mean), the rest of the schedule laid over them."""
-        config = trainer.config
-        if done >= config.max_epochs:
+        config, schedule = trainer.config, trainer.schedule
+        if done >= schedule.max_epochs:
             return False
         pace = max(self.epoch_times[-1], sum(self.epoch_times) / len(self.epoch_times))
         left = self.left(trainer)
         fit = max(epochs_that_fit(left, pace, config.time_budget), 0)
-        epochs = min(done + fit, config.budget_asked[0])
-        planned = config.max_epochs
+        epochs = min(done + fit, schedule.asked[0])
+        planned = schedule.max_epochs
         if epochs < planned and (planned - done) * pace <= left - MARGIN / 2 * config.time_budget:
             epochs = planned  # the plan still ends inside the budget (in half of its margin)
         if planned < epochs < planned + max(2, GROW * planned):
             epochs = planned  # a few more epochs would fit: a faster epoch or two is no trend
         epochs = int(distributed.agree(epochs, trainer.device, 'min'))  # the fewest any rank can
-        if epochs == config.max_epochs:
+        if epochs == schedule.max_epochs:
             return False
         if epochs <= done:
             if trainer.rank == 0:
-                print(f'\ntime budget: stopping after epoch {done} of {config.max_epochs} (the '
+                print(f'\ntime budget: stopping after epoch {done} of {schedule.max_epochs} (the '
                       'epochs ran slower than measured: no time for another)', flush=True)
-            config.max_epochs = done
+            schedule.max_epochs = done
             return True
         if trainer.rank == 0:
             print(f'\ntime budget: after epoch {done} ({pace:.1f} s per epoch): {epochs} epochs '
-                  f'instead of {config.max_epochs} -> about '
+                  f'instead of {schedule.max_epochs} -> about '
                   f'{(self.clock() - self.start + (epochs - done) * pace) / 60:.1f} min in all',
                   flush=True)
         self.relay(trainer, done, epochs)
-        config.max_epochs = epochs
+        schedule.max_epochs = epochs
         trainer.progress.set_total(trainer.steps_per_epoch * epochs)
         return False
 
     def relay(self, trainer, done, epochs):
         """The rest of the cosine, from where it stands now, laid over the epochs up to `epochs`:
         it ends where the schedule asked for ends after all its epochs (at its floor)."""
-        config = trainer.config
+        schedule = trainer.schedule
         # (the tokens the loop started from: a resumed run's, loaded after this extra's start)
         per_epoch = (trainer.tokens - trainer.progress.start_tokens) / (done - trainer.start_epoch)
-        t0 = max(trainer.tokens, config.warmup_tokens)
+        t0 = max(trainer.tokens, schedule.warmup_tokens)
         p0 = trainer.schedule_progress(t0)
-        asked, asked_final = config.budget_asked
-        p1 = (asked * per_epoch - config.warmup_tokens) / max(1, asked_final - config.warmup_tokens)
-        config.relaid = (t0, p0, t0 + (epochs - done) * per_epoch, max(p0, p1))
+        asked, asked_final = schedule.asked
+        p1 = (asked * per_epoch - schedule.warmup_tokens) / max(1, asked_final - schedule.warmup_tokens)
+        schedule.relaid = (t0, p0, t0 + (epochs - done) * per_epoch, max(p0, p1))

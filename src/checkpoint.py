@@ -72,7 +72,7 @@ class Resumable:
     def on_epoch_end(self, trainer, epoch):
         config = trainer.config
         if config.checkpoint_every and (epoch + 1) % config.checkpoint_every == 0 \
-                and epoch + 1 < config.max_epochs:
+                and epoch + 1 < trainer.schedule.max_epochs:
             self.save(trainer, epoch + 1, 0, trainer.generator.get_state())
 
     def on_train_end(self, trainer):
@@ -92,9 +92,7 @@ class Resumable:
             'model': trainer.model.state_dict(), 'optimizer': trainer.optimizer.state_dict(),
             'tokens': trainer.tokens, 'step': trainer.step, 'epoch': epoch, 'it': it,
             'generator': generator_state, 'random': randoms,
-            'batch_size': config.batch_size, 'max_epochs': config.max_epochs,
-            'final_tokens': config.final_tokens, 'budget_asked': config.budget_asked,
-            'relaid': config.relaid,
+            'batch_size': config.batch_size, **trainer.schedule.state_dict(),
         }
         atomic_write(config.resume_path, lambda tmp: torch.save(state, tmp))
 
@@ -114,11 +112,7 @@ class Resumable:
         trainer.optimizer.load_state_dict(state['optimizer'])
         if config.time_budget is not None and 'final_tokens' in state:
             # a budgeted run continues the plan it made, not a new one
-            config.max_epochs, config.final_tokens = state['max_epochs'], state['final_tokens']
-            asked, relaid = state.get('budget_asked'), state.get('relaid')
-            config.budget_asked = tuple(asked) if asked is not None else (config.max_epochs,
-                                                                          config.final_tokens)
-            config.relaid = tuple(relaid) if relaid is not None else None
+            trainer.schedule.load_state_dict(state)
         trainer.tokens, trainer.step = state['tokens'], state['step']
         trainer.generator.set_state(state['generator'])
         randoms, rank = state.get('random'), trainer.rank

@@ -4,8 +4,8 @@ The ways of training a model on a CPU that compute the same function (fp32, or b
 the CPU has bf16 arithmetic; for attention without dropout, the fused kernel or the written-out
 math) are timed for a few steps of this run's model and batch, the fastest is kept, its figures
 are printed in one line, and the choice is remembered with its figures for this machine and run
-shape. Measured, not guessed: on one Intel Xeon with AVX-512-BF16, bf16 matrix products ran slower
-than fp32's.
+shape. Measured, not guessed: machines differ even in which precision is the faster
+(docs/speed.md, "Figures behind the code").
 
 A timing is only as good as the moment it was taken: a choice measured while other processes held
 the CPUs is used for that run and not remembered, and a remembered choice is checked against a
@@ -121,14 +121,20 @@ def median(values):
 
 class ChoosePaths:
     """The trainer's extra for precision 'auto': before the first epoch, on a CPU, the measured
-    choice (above) is set on the config and the model; on a GPU, bf16 where it has it."""
+    choice (above) is set on the trainer and the model; on a GPU, bf16 where it has it. With a
+    precision given and nothing measured, the attention path follows a rule instead: under bf16
+    autocast on a CPU the written-out math, whose forward and backward were the faster where it
+    was measured; fp32 keeps the kernel (docs/speed.md, "Figures behind the code")."""
 
     def on_train_start(self, trainer):
         config = trainer.config
         if config.precision != 'auto':
+            if config.precision == 'bf16' and trainer.device.type == 'cpu' \
+                    and hasattr(trainer.model, 'set_cpu_attention_path'):
+                trainer.model.set_cpu_attention_path(False, unset_only=True)
             return
         if trainer.device.type != 'cpu':
-            config.precision = 'bf16' if bf16_supported(trainer.device) else 'fp32'
+            trainer.precision = 'bf16' if bf16_supported(trainer.device) else 'fp32'
             return
         raw_model = trainer.model
         candidates = cpu_candidates(raw_model)
@@ -136,7 +142,7 @@ class ChoosePaths:
             choice, how = candidates[0] if len(candidates) == 1 else (candidates[-1][0], None), None
         else:
             choice, how = self.choose(trainer, candidates)
-        config.precision = choice[0]
+        trainer.precision = choice[0]
         if hasattr(raw_model, 'set_cpu_attention_path'):
             raw_model.set_cpu_attention_path(choice[1])
         if how is not None and trainer.rank == 0:

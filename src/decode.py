@@ -20,7 +20,7 @@ from collections import defaultdict
 import torch
 from torch.nn import functional as F
 
-from attention import Packing
+from fastpath import Packing
 
 
 def _pick(logits):
@@ -43,7 +43,7 @@ def _decode_cached(model, prompts, steps, stop_id, stop_count, device, trim):
         seqs[r, :len(p)] = torch.tensor(p, dtype=torch.long)
 
     caches = model.new_caches(P + steps, trim)
-    # The prompts, packed: each row's own positions only, as in attention.Packing (the caches
+    # The prompts, packed: each row's own positions only, as in fastpath.Packing (the caches
     # get zeros past a row's prompt, overwritten by its next tokens before any query sees them).
     # Only each row's last position needs logits.
     packing = Packing(lengths, P)

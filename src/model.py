@@ -16,8 +16,8 @@ the handouts', so state_dicts are interchangeable with them. (The 2024-25 starte
 file models.py: src/models.py is this module under that name.)
 
 Beyond the handout, and changing no result: training on a CPU computes only the positions that
-can change the loss (attention.Packing), and decoding keeps each layer's keys and values
-(attention.KVCache), for the perceiver too.
+can change the loss (fastpath.Packing), and decoding keeps each layer's keys and values
+(fastpath.KVCache), for the perceiver too; that bookkeeping is passed by keyword.
 """
 import copy
 
@@ -25,8 +25,8 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-from attention import (CausalCrossAttention, CausalSelfAttention, Dropout, KVCache, Packing,
-                       SynthesizerAttention, kept_lengths)
+from attention import CausalCrossAttention, CausalSelfAttention, SynthesizerAttention
+from fastpath import Dropout, KVCache, Packing, kept_lengths
 
 
 class GPTConfig:
@@ -42,11 +42,11 @@ class GPTConfig:
     # True with F.scaled_dot_product_attention (same function, fused kernels). Not a parameter.
     fast_attention = True
     # Not in the handout: in training on a CPU, skip the positions that cannot change the loss
-    # (see attention.Packing). False computes every position, as the handout does. (GPUs always
+    # (see fastpath.Packing). False computes every position, as the handout does. (GPUs always
     # compute every position: there the work is not the bottleneck, and fixed shapes suit them.)
     skip_padding = True
     # Not in the handout: dropout draws its random numbers faster on a CPU, same distribution
-    # (attention.Dropout). False draws them as nn.Dropout does.
+    # (fastpath.Dropout). False draws them as nn.Dropout does.
     fast_dropout = True
 
     def __init__(self, vocab_size, block_size, **kwargs):
@@ -54,6 +54,26 @@ class GPTConfig:
         self.block_size = block_size
         for k, v in kwargs.items():
             setattr(self, k, v)
+
+
+# The variants by name (as minGPT's model_type table names model sizes): the GPTConfig settings
+# each one turns on. run.py's choices, the scripts and the tests' tables read them here. A variant
+# with a bottleneck_dim key takes the --bottleneck_dim given (the value here is the handout's
+# default).
+VARIANTS = {
+    'vanilla': {},
+    'synthesizer': {'synthesizer': True},  # 2021-22: SynthesizerAttention in every block
+    'perceiver': {'perceiver': True, 'bottleneck_dim': 32},  # 2022-23: down/up projection blocks
+    'rope': {'rope': True},  # 2024-25: rotary positions in every attention layer, no pos_emb
+}
+
+
+def config_for(variant, vocab_size, block_size, bottleneck_dim=None, **kwargs):
+    """The GPTConfig of a variant named in VARIANTS, with kwargs (sizes, dropout, paths) set."""
+    settings = dict(VARIANTS[variant])
+    if bottleneck_dim is not None and 'bottleneck_dim' in settings:
+        settings['bottleneck_dim'] = bottleneck_dim
+    return GPTConfig(vocab_size, block_size, **settings, **kwargs)
 
 
 class GPT1Config(GPTConfig):
@@ -86,8 +106,8 @@ class Block(nn.Module):
             self.attn = CausalSelfAttention(config)
         self.mlp = mlp(config)
 
-    def forward(self, x, packing=None, cache=None, positions=None):
-        x = x + self.attn(self.ln1(x), packing, cache, positions)
+    def forward(self, x, *, packing=None, cache=None, positions=None):
+        x = x + self.attn(self.ln1(x), packing=packing, cache=cache, positions=positions)
         x = x + self.mlp(self.ln2(x))
         return x
 
@@ -96,6 +116,7 @@ class DownProjectBlock(nn.Module):
     """Transformer block used for down projection: cross-attention from the learned basis C
     (bottleneck_dim queries, eq. 5) onto the input sequence, so the blocks after it work on
     bottleneck_dim positions instead of the input length."""
+    weight_decay = {'C': False}  # a table of query vectors, like an embedding (trainer.optimizer_groups)
 
     def __init__(self, config):
         super().__init__()
@@ -106,7 +127,7 @@ class DownProjectBlock(nn.Module):
         self.attn = CausalCrossAttention(config)
         self.mlp = mlp(config)
 
-    def forward(self, x_input, packing=None, cache=None, positions=None, slots=None):
+    def forward(self, x_input, *, packing=None, cache=None, positions=None, slots=None):
         """Decoding steps: x_input holds the new input columns at `positions`, and only the
         bottleneck slots `slots` (B, S) are computed (see GPT.transformer)."""
         if slots is None:
@@ -117,7 +138,8 @@ class DownProjectBlock(nn.Module):
         else:
             C = self.C[0, slots]
         # the handout's hint: layernorm on C (the queries), then on the MLP's input
-        x = C + self.attn(x_input, self.ln1(C), packing, cache, positions, slots)
+        x = C + self.attn(x_input, self.ln1(C), packing=packing, cache=cache,
+                          kv_positions=positions, q_positions=slots)
         x = x + self.mlp(self.ln2(x))
         return x
 
@@ -133,15 +155,17 @@ class UpProjectBlock(nn.Module):
         self.attn = CausalCrossAttention(config)
         self.mlp = mlp(config)
 
-    def forward(self, y, x_input, packing=None, cache=None, positions=None, slots=None):
+    def forward(self, y, x_input, *, packing=None, cache=None, positions=None, slots=None):
         # the handout's hint: layernorm on y (keys and values), then on the MLP's input
-        x = x_input + self.attn(self.ln1(y), x_input, packing, cache, slots, positions)
+        x = x_input + self.attn(self.ln1(y), x_input, packing=packing, cache=cache,
+                                kv_positions=slots, q_positions=positions)
         x = x + self.mlp(self.ln2(x))
         return x
 
 
 class GPT(nn.Module):
     """  the full GPT language model, with a context size of block_size """
+    weight_decay = {'pos_emb': False}  # a lookup table, like tok_emb (trainer.optimizer_groups)
 
     def __init__(self, config):
         super().__init__()
@@ -195,17 +219,17 @@ class GPT(nn.Module):
         """The attention paths training on a CPU can take, for trainer.Trainer to time: the fused
         kernel (True) and the written-out math (False), both computing the same function; only
         the math ([None]: nothing to choose) when attention has dropout or the plain path is
-        asked for (the kernel has no CPU dropout of its own: see attention.attend)."""
+        asked for (the kernel has no CPU dropout of its own: see CausalSelfAttention.cpu_math)."""
         layers = [m for m in self.modules() if isinstance(m, CausalSelfAttention)]
-        if not layers or not all(m.fast and m.attn_drop.p == 0 for m in layers):
+        if not layers or not all(m.flash and m.attn_drop.p == 0 for m in layers):
             return [None]
         return [True, False]
 
-    def set_cpu_attention_path(self, kernel):
-        """Training on a CPU: attention through the fused kernel (True), the written-out math
-        (False), or as attention.attend's rule says (None)."""
+    def set_cpu_attention_path(self, kernel, unset_only=False):
+        """Training on a CPU: attention through the fused kernel (True or None) or the
+        written-out math (False); unset_only: only in the layers whose path is still None."""
         for m in self.modules():
-            if isinstance(m, CausalSelfAttention):
+            if isinstance(m, CausalSelfAttention) and not (unset_only and m.cpu_kernel is not None):
                 m.cpu_kernel = kernel
 
     def new_caches(self, size, trim=True):
@@ -267,7 +291,8 @@ class GPT(nn.Module):
         if not self.perceiver:
             x = x_input
             for i, block in enumerate(self.blocks):
-                x = block(x, packing, None if caches is None else caches[i], positions)
+                x = block(x, packing=packing, cache=None if caches is None else caches[i],
+                          positions=positions)
             return x
         down_cache, block_caches, up_cache = (None, [None] * len(self.blocks), None) \
             if caches is None else (caches[0], caches[1:-1], caches[-1])
@@ -280,15 +305,17 @@ class GPT(nn.Module):
             # before they are used); a step computes one slot per row: its new position, capped
             # at m - 1 (slot m - 1 then comes out as stored: it only sees inputs 0..m-1).
             slots = positions.clamp(max=self.bottleneck_dim - 1)
-        x = self.down_block(x_input, packing, down_cache, positions, slots)
+        x = self.down_block(x_input, packing=packing, cache=down_cache, positions=positions,
+                            slots=slots)
         for block, cache in zip(self.blocks, block_caches):
             x = block(x, cache=cache, positions=slots)  # never packed: m slots in every row
-        return self.up_block(x, x_input, packing, up_cache, positions, slots)
+        return self.up_block(x, x_input, packing=packing, cache=up_cache, positions=positions,
+                             slots=slots)
 
     def packed_loss(self, idx, targets, groups=4):
         """The training loss, computed on the positions that can change it only.
 
-        A row's positions after its last non-PAD target change no loss (attention.Packing), so
+        A row's positions after its last non-PAD target change no loss (fastpath.Packing), so
         each row is cut there. The rows are sorted by that length and taken in `groups` groups:
         the position-wise layers run on a group's kept positions only, its attention on the
         group's longest row. The loss is the handout's (the mean over the non-PAD targets),

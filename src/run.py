@@ -40,7 +40,7 @@ from decode import greedy_complete
 from utils import OneLineParser, UsageError
 
 FUNCTIONS = ('pretrain', 'finetune', 'evaluate')
-VARIANTS = ('vanilla', 'synthesizer', 'perceiver', 'rope')
+VARIANTS = tuple(model.VARIANTS)
 
 
 def parse_args(argv=None):
@@ -173,24 +173,17 @@ def check_args(args):
 
 
 def describe_model(args):
-    if args.variant == 'perceiver':
+    if 'bottleneck_dim' in model.VARIANTS[args.variant]:
         return f'a perceiver model with bottleneck_dim {args.bottleneck_dim}'
     return f'a {args.variant} model'
 
 
 def build_model(args, vocab_size, block_size, device):
-    mconf = model.GPTConfig(vocab_size, block_size, **presets.model_values(args.preset),
-                            fast_attention=not args.plain, skip_padding=not args.plain,
-                            fast_dropout=not args.plain)
+    mconf = model.config_for(args.variant, vocab_size, block_size, args.bottleneck_dim,
+                             **presets.model_values(args.preset), fast_attention=not args.plain,
+                             skip_padding=not args.plain, fast_dropout=not args.plain)
     if args.dropout is not None:
         mconf.embd_pdrop = mconf.resid_pdrop = mconf.attn_pdrop = args.dropout
-    if args.variant == 'synthesizer':
-        mconf.synthesizer = True
-    elif args.variant == 'perceiver':
-        mconf.perceiver = True
-        mconf.bottleneck_dim = args.bottleneck_dim
-    elif args.variant == 'rope':
-        mconf.rope = True
     return model.GPT(mconf).to(device)
 
 
@@ -213,7 +206,8 @@ def train(gpt, data, args, stage, pretrain_len, lr, device, writer, path):
         resume_path=path + '.ckpt', resume=args.resume, checkpoint_every=args.checkpoint_every,
         time_budget=None if budget is None else budget * 60, start_time=START,
         budget_may_grow=args.time_budget is None or args.time_budget_share)
-    trainer.Trainer(gpt, data, None, tconf).train()
+    run = trainer.Trainer(gpt, data, None, tconf)
+    run.train()
     if distributed.rank() == 0:
         # training is over: a first Ctrl-C/SIGTERM now waits until the params are on disk
         # (killing the process here would lose the whole finished run)

@@ -66,41 +66,79 @@ class TrainerConfig:
     budget_may_grow = False  # a budget too small for one epoch trains one (a preset's), not an error (a flag's)
     clock = None  # what the time budget and the measured steps read (time.time; tests drive their own)
     cpu_times = None  # what 'auto' reads to tell a busy machine (cpu_paths.cpu_times; tests drive their own)
-    budget_asked = None  # the time budget's record of the (max_epochs, final_tokens) asked for
-    relaid = None  # (t0, p0, t1, p1): a budget re-planned the epochs, see cosine_progress
 
     def __init__(self, **kwargs):
         for k, v in kwargs.items():
             setattr(self, k, v)
 
 
-def lr_multiplier(tokens, config):
+def lr_multiplier(tokens, plan):
     """The handout's schedule: linear warmup over warmup_tokens, then cosine down to a floor of
-    10% at final_tokens. `tokens` counts every target position seen so far, padding included."""
-    if tokens < config.warmup_tokens:
-        return float(tokens) / float(max(1, config.warmup_tokens))
-    progress = cosine_progress(tokens, config)
+    10% at final_tokens. `tokens` counts every target position seen so far, padding included.
+    `plan`: the run's Schedule, or a TrainerConfig (the schedule it asks for)."""
+    if tokens < plan.warmup_tokens:
+        return float(tokens) / float(max(1, plan.warmup_tokens))
+    progress = cosine_progress(tokens, plan)
     return max(0.1, 0.5 * (1.0 + math.cos(math.pi * progress)))
 
 
-def cosine_progress(tokens, config):
+def cosine_progress(tokens, plan):
     """How far along the cosine `tokens` are: 0 at the end of the warmup, 1 at final_tokens.
     Where a time budget re-planned the epochs mid-run (budget.py), the rest of the cosine is laid
-    over them: config.relaid = (t0, p0, t1, p1) takes progress p0 at t0 on to p1 at t1."""
-    if config.relaid is not None and tokens >= config.relaid[0]:
-        t0, p0, t1, p1 = config.relaid
+    over them: plan.relaid = (t0, p0, t1, p1) takes progress p0 at t0 on to p1 at t1."""
+    relaid = getattr(plan, 'relaid', None)
+    if relaid is not None and tokens >= relaid[0]:
+        t0, p0, t1, p1 = relaid
         return p0 + (min(tokens, t1) - t0) * (p1 - p0) / max(1.0, t1 - t0)
-    return float(tokens - config.warmup_tokens) / float(max(1, config.final_tokens - config.warmup_tokens))
+    return float(tokens - plan.warmup_tokens) / float(max(1, plan.final_tokens - plan.warmup_tokens))
+
+
+class Schedule:
+    """The run's plan, apart from its configuration (which keeps what was asked for): the epochs
+    to train, where the cosine ends, and where it was laid anew. It starts as the config asks; a
+    time budget (budget.py) re-plans it, a resumed run (checkpoint.py) restores it."""
+
+    def __init__(self, config):
+        self.max_epochs = config.max_epochs
+        self.warmup_tokens = config.warmup_tokens
+        self.final_tokens = config.final_tokens
+        self.asked = (config.max_epochs, config.final_tokens)  # what a budget's plans scale
+        self.relaid = None  # (t0, p0, t1, p1): a budget re-planned the epochs, see cosine_progress
+
+    def state_dict(self):
+        # the keys resumable checkpoints have held since budgets could re-plan
+        return {'max_epochs': self.max_epochs, 'final_tokens': self.final_tokens,
+                'budget_asked': self.asked, 'relaid': self.relaid}
+
+    def load_state_dict(self, state):
+        self.max_epochs, self.final_tokens = state['max_epochs'], state['final_tokens']
+        asked, relaid = state.get('budget_asked'), state.get('relaid')
+        self.asked = tuple(asked) if asked is not None else (self.max_epochs, self.final_tokens)
+        self.relaid = tuple(relaid) if relaid is not None else None
 
 
 def optimizer_groups(model, weight_decay):
-    """Weight decay on the matmul weights (Linear weights, the synthesizer's w2); none on biases,
-    LayerNorm weights, embeddings, the position table or the perceiver's basis C."""
+    """Weight decay on the matmul weights only (minGPT's configure_optimizers rule): a Linear's
+    weight is decayed, its bias is not, nor are LayerNorm and Embedding parameters. A parameter
+    held by a module of its own (the position table, the synthesizer's w2 and b2, the perceiver's
+    basis C) is placed by that module's `weight_decay` table {name: decayed?}; a parameter no rule
+    places is an error, so a new one cannot silently go without decay."""
     decay, no_decay = [], []
     for module_name, module in model.named_modules():
+        declared = getattr(module, 'weight_decay', {})
         for name, p in module.named_parameters(recurse=False):
-            matmul = (isinstance(module, torch.nn.Linear) and name == 'weight') or name == 'w2'
-            (decay if matmul else no_decay).append(p)
+            if isinstance(module, torch.nn.Linear):
+                decayed = name == 'weight'
+            elif isinstance(module, (torch.nn.LayerNorm, torch.nn.Embedding)):
+                decayed = False
+            elif name in declared:
+                decayed = declared[name]
+            else:
+                where = f'{module_name}.{name}' if module_name else name
+                raise ValueError(f'optimizer_groups: no weight-decay rule places parameter {where} '
+                                 f'({type(module).__name__}): name it in that module\'s '
+                                 '`weight_decay` table')
+            (decay if decayed else no_decay).append(p)
     return [{"params": decay, "weight_decay": weight_decay},
             {"params": no_decay, "weight_decay": 0.0}]
 
@@ -143,6 +181,9 @@ class Trainer:
             optimizer_groups(self.model, config.weight_decay), lr=config.learning_rate,
             betas=config.betas, fused=self.device.type == 'cuda')
         self.generator = torch.Generator().manual_seed(torch.initial_seed())
+        self.schedule = Schedule(config)
+        self.precision = config.precision  # 'auto' is resolved by cpu_paths.ChoosePaths
+        self.epochs_trained = 0
         workers = config.cpu_workers if self.device.type == 'cpu' else config.num_workers
         self.batches = Batches(self.train_dataset, workers)
         self.steps_per_epoch = math.ceil(len(self.train_dataset) / config.batch_size)
@@ -151,12 +192,12 @@ class Trainer:
                                  disable=self.rank != 0)
         try:
             self.call('on_train_start')  # precision 'auto', resume, the time budget's plan
-            autocast = autocast_for(self.device, config.precision)
-            self.progress.start(self.steps_per_epoch * config.max_epochs, self.step, self.tokens)
+            autocast = autocast_for(self.device, self.precision)
+            self.progress.start(self.steps_per_epoch * self.schedule.max_epochs, self.step, self.tokens)
 
             model.train()
             epoch = self.start_epoch
-            while epoch < config.max_epochs:  # (a time budget may re-plan max_epochs as it goes)
+            while epoch < self.schedule.max_epochs:  # (a time budget may re-plan it as it goes)
                 self.epoch_start_state = self.generator.get_state()
                 batches = batch_indices(len(self.train_dataset), config.batch_size, self.generator)
                 skip = self.start_it if epoch == self.start_epoch else 0
@@ -165,7 +206,7 @@ class Trainer:
 
                     # decay the learning rate based on our progress (after the step, as the handout)
                     if config.lr_decay:
-                        lr = config.learning_rate * lr_multiplier(self.tokens, config)
+                        lr = config.learning_rate * lr_multiplier(self.tokens, self.schedule)
                         for param_group in optimizer.param_groups:
                             param_group['lr'] = lr
                     else:
@@ -179,6 +220,7 @@ class Trainer:
                     self.evaluate_loss(self.test_dataset, autocast)
                     model.train()
                 self.save_checkpoint()
+                self.epochs_trained = epoch + 1
                 if self.call('on_epoch_end', epoch):  # budget re-plan or stop; periodic checkpoint
                     break
                 epoch += 1
@@ -244,7 +286,7 @@ class Trainer:
         print("test loss: %f" % (sum(losses) / max(1, len(losses))))
 
     def schedule_progress(self, tokens):
-        return cosine_progress(tokens, self.config)
+        return cosine_progress(tokens, self.schedule)
 
     def timed_steps(self, precision, warm, timed, ahead=False, stop=None):
         """For the extras that measure this machine (cpu_paths, budget): seconds of each of

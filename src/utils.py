@@ -1,9 +1,10 @@
 """Small helpers shared by the scripts in src/: the handout's utils (set_seed, top_k_logits,
 sample, evaluate_places) plus what makes bad input one clear error line (OneLineParser,
-UsageError), atomic writes and the tensorboard writer."""
+UsageError), atomic writes, the tensorboard writer and the checkout's commit."""
 import argparse
 import os
 import random
+import subprocess
 import tempfile
 
 import torch
@@ -146,3 +147,23 @@ def save_state_dict(model, path):
     model = getattr(model, 'module', model)
     model = getattr(model, '_orig_mod', model)
     atomic_write(path, lambda tmp: torch.save(model.state_dict(), tmp))
+
+
+COMMIT_ENV = 'A5_COMMIT'  # the commit of a copied working tree without .git (gpu_check --commit)
+
+
+def source_commit(repo=None):
+    """The commit of the checkout `repo` (default: this code's), with '+uncommitted changes' when
+    tracked files differ, else $A5_COMMIT (a copy of the tree without .git, as on a lent GPU
+    machine), else 'unknown'."""
+    repo = repo or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        rev = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=repo, text=True,
+                             capture_output=True)
+        if rev.returncode == 0 and rev.stdout.strip():
+            dirty = subprocess.run(['git', 'status', '--porcelain', '--untracked-files=no'],
+                                   cwd=repo, text=True, capture_output=True).stdout.strip()
+            return rev.stdout.strip() + ('+uncommitted changes' if dirty else '')
+    except OSError:
+        pass
+    return os.environ.get(COMMIT_ENV) or 'unknown'

@@ -2,8 +2,9 @@
 with the synthesizer and 2022-23 edition with the perceiver; a4 of 2024-25 with RoPE), written
 for the tests only.
 
-It mirrors the starter code's module names, parameter shapes and arithmetic as SPEC.md records
-them, with every step written out (no fused kernels, no caches, no shared helpers with src/), so
+It mirrors the starter code's module names, parameter shapes and arithmetic as the handouts give
+them (their texts and starter code, read for facts; the RoPE edition's public sources), with every
+step written out (no fused kernels, no caches, no shared helpers with src/), so
 that src/model.py can be checked against it: same state_dict keys and shapes, params files loading
 both ways, same logits.
 """

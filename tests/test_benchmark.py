@@ -1,4 +1,4 @@
-"""scripts/benchmark.py's model-FLOP count, against the model's FLOPs written out."""
+"""scripts/dev/benchmark.py's model-FLOP count, against the model's FLOPs written out."""
 import os
 import sys
 
@@ -7,7 +7,7 @@ import torch
 
 from conftest import REPO
 
-sys.path.insert(0, os.path.join(REPO, 'scripts'))
+sys.path.insert(0, os.path.join(REPO, 'scripts', 'dev'))
 import benchmark  # noqa: E402
 
 

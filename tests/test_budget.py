@@ -47,7 +47,7 @@ def test_a_budget_that_fits_every_epoch_changes_nothing(name_data, capsys):
     _, want, want_lrs = budgeted_run(name_data, None)
     t, got, lrs = budgeted_run(name_data, 600)
     assert 'time budget 10 min: 4 epochs of 3 steps' in capsys.readouterr().out
-    assert t.config.max_epochs == 4 and t.tokens == 4 * 20 * 127 and lrs == want_lrs
+    assert t.schedule.max_epochs == 4 and t.tokens == 4 * 20 * 127 and lrs == want_lrs
     assert all(torch.equal(got[k], want[k]) for k in want)
 
 
@@ -74,7 +74,7 @@ def test_a_budget_too_small_for_one_epoch(name_data, monkeypatch, capsys):
     with pytest.raises(utils.UsageError, match='--time_budget 0.0025 min is too small for one epoch'):
         budgeted_run(name_data, 0.15, clock=clock)
     t, _, lrs = budgeted_run(name_data, 0.15, budget_may_grow=True, clock=clock)
-    assert t.config.max_epochs == 1 and len(lrs) == 3
+    assert t.schedule.max_epochs == 1 and len(lrs) == 3
     assert ("warning: the time budget of 0.0025 min is too small for one epoch"
             in capsys.readouterr().out)
 
@@ -88,13 +88,13 @@ def test_a_budget_that_binds_compresses_the_schedule(name_data, monkeypatch, cap
     t, _, lrs = budgeted_run(name_data, 1.5, max_epochs=50, clock=clock)
     took = clock() - start
     out = capsys.readouterr().out
-    epochs = t.config.max_epochs
+    epochs = t.schedule.max_epochs
     # 2 untimed + 3 timed steps (then the measuring passed 2% of the budget): 0.25 s; an epoch
     # is 0.15 s, and int(0.95 * 1.25 / 0.15) = 7 epochs fit, which the first epoch confirms
     assert epochs == 7, out
     planned = int(re.search(r'time budget 0.025 min: (\d+) epochs of 3 steps', out).group(1))
     assert planned == epochs or f': {epochs} epochs instead of {planned}' in out  # (a re-plan)
-    assert t.config.final_tokens == pytest.approx(50 * 20 * 127 * epochs / 50)
+    assert t.schedule.final_tokens == pytest.approx(50 * 20 * 127 * epochs / 50)
     assert len(lrs) == 3 * epochs and lrs[-1] == pytest.approx(1e-4)
     # the cosine reaches its floor (80% of the way) near the end, not long before
     assert lrs[int(0.7 * len(lrs)) - 1] > 1.5e-4
@@ -112,13 +112,13 @@ def test_the_first_epoch_corrects_a_misleading_measurement(name_data, monkeypatc
     t, _, lrs = budgeted_run(name_data, 4, max_epochs=50, start_time=start, clock=clock)
     took = clock() - start
     out = capsys.readouterr().out
-    epochs = t.config.max_epochs
+    epochs = t.schedule.max_epochs
     assert 'time budget 0.0666667 min: 50 epochs of 3 steps' in out
     # the first epoch took 0.3 s: 1 + int(0.95 * 3.7 / 0.3) = 12 epochs, 3.6 s
     assert f': {epochs} epochs instead of 50' in out and epochs == 12, out
     assert 'stopping after epoch' not in out
     # the rest of the cosine laid over the 12 epochs from where it stood after the first
-    assert t.config.relaid is not None and t.config.relaid[0] == 20 * 127  # one epoch's tokens
+    assert t.schedule.relaid is not None and t.schedule.relaid[0] == 20 * 127  # one epoch's tokens
     assert len(lrs) == 3 * epochs and lrs[-1] == pytest.approx(1e-4)
     assert all(b <= a + 1e-12 for a, b in zip(lrs[1:], lrs[2:]))  # no jump up after the warmup
     assert took == pytest.approx(12 * 0.3) and took < 4
@@ -134,13 +134,13 @@ def test_the_checkpoint_after_a_re_plan_holds_the_new_plan(name_data, monkeypatc
     real_save = checkpoint.Resumable.save
 
     def save(self, t, *args):
-        saved.append((t.config.max_epochs, t.config.final_tokens))
+        saved.append((t.schedule.max_epochs, t.schedule.final_tokens))
         return real_save(self, t, *args)
     monkeypatch.setattr(checkpoint.Resumable, 'save', save)
     t, _, _ = budgeted_run(name_data, 4, max_epochs=50, start_time=clock(), clock=clock,
                            resume_path=str(tmp_path / 'run.ckpt'), checkpoint_every=1)
-    assert t.config.max_epochs == 12 and len(saved) == 11  # after every epoch but the last
-    assert set(saved) == {(12, t.config.final_tokens)}
+    assert t.schedule.max_epochs == 12 and len(saved) == 11  # after every epoch but the last
+    assert set(saved) == {(12, t.schedule.final_tokens)}
 
 
 def last_printed_epochs(out):
@@ -162,7 +162,7 @@ def test_a_pace_that_changes_mid_run_is_fitted_again_and_the_schedule_finishes(
     took = clock() - start
     out = capsys.readouterr().out
     planned = int(re.search(r'time budget 0.05 min: (\d+) epochs', out).group(1))
-    epochs = t.config.max_epochs
+    epochs = t.schedule.max_epochs
     assert (epochs < planned) if pace == 'slower' else (epochs > planned), out
     assert len(lrs) == 3 * epochs and last_printed_epochs(out) == epochs, out
     assert 'stopping after epoch' not in out
@@ -200,8 +200,8 @@ def test_a_resumed_budgeted_run_lays_its_schedule_over_the_epochs_it_trains(
     t, _, lrs = budgeted_run(name_data, 4, max_epochs=50, start_time=start, clock=clock,
                              resume_path=str(ckpt), resume=True)
     out = capsys.readouterr().out
-    assert 'time budget: after epoch 4' in out and t.config.max_epochs > 12, out
-    assert len(lrs) == 3 * (t.config.max_epochs - 3)
+    assert 'time budget: after epoch 4' in out and t.schedule.max_epochs > 12, out
+    assert len(lrs) == 3 * (t.schedule.max_epochs - 3)
     assert lrs[-1] == pytest.approx(1e-4)
 
 
@@ -218,5 +218,5 @@ def test_a_wavering_pace_leaves_the_plan_alone(name_data, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert 'time budget 0.1 min: 18 epochs' in out  # (6 - 0.3) // 0.3, in floats
     assert 'time budget: after epoch' not in out and 'stopping' not in out, out
-    assert t.config.max_epochs == 18 and len(lrs) == 3 * 18
+    assert t.schedule.max_epochs == 18 and len(lrs) == 3 * 18
     assert took <= 6 and lrs[-1] == pytest.approx(1e-4)

@@ -222,11 +222,11 @@ def test_ambiguous_or_unknown_edition(workdir):
 
 
 def test_the_module_behind_the_script_is_importable(workdir):
-    """A grader imports scripts/submission.py for each edition's files and its checks, with what
+    """A grader imports scripts/grading/submission.py for each edition's files and its checks, with what
     the script itself uses: the file lists above, the edition found from the files present, and
     every problem listed rather than the first."""
     import importlib.util
-    spec = importlib.util.spec_from_file_location('submission', os.path.join(REPO, 'scripts', 'submission.py'))
+    spec = importlib.util.spec_from_file_location('submission', os.path.join(REPO, 'scripts', 'grading', 'submission.py'))
     submission = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(submission)
     for edition in ('synthesizer', 'perceiver', 'rope'):
@@ -253,15 +253,15 @@ LENGTHS = ("import dataset; d = dataset.CharCorruptionDataset(open('corpus.txt')
 
 
 def checkout_copy(tmp_path, edition=None):
-    """A copy of what collect_submission.sh needs (src/, scripts/submission.py, the script), with
+    """A copy of what collect_submission.sh needs (src/, scripts/grading/submission.py, the script), with
     src/edition.txt set to `edition` (None: no such file), so the tests never touch this
     checkout's setting."""
     import shutil
     repo = tmp_path / 'checkout'
     shutil.copytree(os.path.join(REPO, 'src'), repo / 'src',
                     ignore=shutil.ignore_patterns('__pycache__'))
-    (repo / 'scripts').mkdir()
-    shutil.copy(os.path.join(REPO, 'scripts', 'submission.py'), repo / 'scripts')
+    (repo / 'scripts' / 'grading').mkdir(parents=True)
+    shutil.copy(os.path.join(REPO, 'scripts', 'grading', 'submission.py'), repo / 'scripts' / 'grading')
     shutil.copy(SCRIPT, repo)
     if edition is None:  # a checkout without the setting (the default edition)
         (repo / 'src' / 'edition.txt').unlink()

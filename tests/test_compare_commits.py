@@ -1,4 +1,4 @@
-"""scripts/compare_commits.py judges params by their tensors (torch.save records the file's name,
+"""scripts/dev/compare_commits.py judges params by their tensors (torch.save records the file's name,
 so equal params saved under two names are different bytes) and predictions by their bytes."""
 import importlib.util
 import os
@@ -10,7 +10,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def load():
     spec = importlib.util.spec_from_file_location(
-        'compare_commits', os.path.join(REPO, 'scripts', 'compare_commits.py'))
+        'compare_commits', os.path.join(REPO, 'scripts', 'dev', 'compare_commits.py'))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

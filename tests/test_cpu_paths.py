@@ -57,8 +57,9 @@ def run(cache, precision='auto', dropout=0.0, kernel='unset', machine=None):
     tconf = trainer.TrainerConfig(max_epochs=1, batch_size=8, learning_rate=3e-3,
                                   precision=precision, path_cache=str(cache),
                                   clock=machine.clock, cpu_times=machine.cpu_times)
-    trainer.Trainer(gpt, data, None, tconf).train()
-    return tconf, gpt
+    t = trainer.Trainer(gpt, data, None, tconf)
+    t.train()
+    return t, gpt
 
 
 def kernels(gpt):
@@ -67,21 +68,21 @@ def kernels(gpt):
 
 def test_measured_choice_is_printed_remembered_and_changes_nothing_else(tmp_path, capsys):
     cache = tmp_path / 'paths.json'
-    conf, gpt = run(cache)
+    t, gpt = run(cache)
     out = capsys.readouterr().out
     line = next(line for line in out.splitlines() if line.startswith('auto: '))
     assert 'measured, median of 3 steps' in line and 'attention kernel' in line and 'attention math' in line
     (kernel,) = kernels(gpt)
-    assert kernel in (True, False) and conf.precision in ('fp32', 'bf16')
+    assert kernel in (True, False) and t.precision in ('fp32', 'bf16')
     saved = json.loads(cache.read_text())
     [entry] = saved['choices'].values()
-    assert entry['choice'] == [conf.precision, kernel]
+    assert entry['choice'] == [t.precision, kernel]
     assert set(entry['seconds']) == {cpu_paths.path_name(c) for c in cpu_paths.cpu_candidates(gpt)}
     # the next run of the same shape takes it from the cache, and trains exactly as a run that
     # was told that precision and path: the measuring steps were undone
-    conf2, gpt2 = run(cache)
+    t2, gpt2 = run(cache)
     assert 'cached for this machine' in capsys.readouterr().out
-    _, told = run(cache, precision=conf.precision, kernel=kernel)
+    _, told = run(cache, precision=t.precision, kernel=kernel)
     for k, v in told.state_dict().items():
         assert torch.equal(gpt.state_dict()[k], v) and torch.equal(gpt2.state_dict()[k], v), k
 
@@ -96,17 +97,17 @@ def test_the_fastest_candidate_is_kept(tmp_path, monkeypatch, capsys):
         kernel, = kernels(self.model)
         return [fake[precision, kernel]] * timed
     monkeypatch.setattr(trainer.Trainer, 'timed_steps', timed)
-    conf, gpt = run(tmp_path / 'paths.json')
-    assert conf.precision == 'bf16' and kernels(gpt) == {False}
+    t, gpt = run(tmp_path / 'paths.json')
+    assert t.precision == 'bf16' and kernels(gpt) == {False}
     assert 'auto: bf16 + attention math (measured' in capsys.readouterr().out
 
 
 def test_attention_dropout_leaves_only_the_precision_to_choose(tmp_path, capsys):
-    """With attention dropout the CPU path is the written-out math (attention.attend): on a CPU
+    """With attention dropout the CPU path is the written-out math (attention.CausalSelfAttention.cpu_math): on a CPU
     without bf16 nothing is left to measure."""
-    conf, gpt = run(tmp_path / 'paths.json', dropout=0.1)
+    t, gpt = run(tmp_path / 'paths.json', dropout=0.1)
     if not devices.cpu_has_bf16():
-        assert conf.precision == 'fp32' and 'auto: ' not in capsys.readouterr().out
+        assert t.precision == 'fp32' and 'auto: ' not in capsys.readouterr().out
         assert not (tmp_path / 'paths.json').exists()
     assert kernels(gpt) == {None}
 
@@ -115,7 +116,7 @@ def test_attention_dropout_leaves_only_the_precision_to_choose(tmp_path, capsys)
 def test_a_corrupt_or_foreign_cache_is_a_warning(tmp_path, capsys, content):
     cache = tmp_path / 'paths.json'
     cache.write_text(content)
-    conf, _ = run(cache)
+    t, _ = run(cache)
     err = capsys.readouterr().err
     assert f'warning: ignoring the cache of measured choices {cache}' in err
     assert json.loads(cache.read_text())['format'] == cpu_paths.PATH_CACHE_FORMAT  # measured anew
@@ -144,8 +145,8 @@ def test_a_choice_measured_on_a_busy_machine_is_used_but_not_remembered(tmp_path
     monkeypatch.setattr(devices, 'cpu_has_bf16', lambda: False)
     busy = Machine(others=0.5)  # another process held half the CPUs while the steps were timed
     fake_timings(monkeypatch, busy, KERNEL_FASTER)
-    conf, gpt = run(tmp_path / 'paths.json', machine=busy)
-    assert (conf.precision, kernels(gpt)) == ('fp32', {True})
+    t, gpt = run(tmp_path / 'paths.json', machine=busy)
+    assert (t.precision, kernels(gpt)) == ('fp32', {True})
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith('auto: '))
     assert 'not remembered: other processes used 50% of the CPUs' in line
     assert not (tmp_path / 'paths.json').exists()
@@ -165,13 +166,13 @@ def test_a_remembered_choice_is_checked_against_the_runs_steps(tmp_path, monkeyp
     capsys.readouterr()
     # the same pace: the cached choice is taken, after timing it alone
     timed = fake_timings(monkeypatch, Machine(), {('fp32', True): 0.5, ('fp32', False): 0.6})
-    conf, gpt = run(cache)
+    t, gpt = run(cache)
     assert timed == [('fp32', True)] and kernels(gpt) == {True}
     assert 'cached for this machine' in capsys.readouterr().out
     # the kernel now takes 2.25 times its figure (it was measured at a bad moment, or the machine
     # changed): every candidate is measured again, and the faster one now is remembered
     timed = fake_timings(monkeypatch, Machine(), MATH_FASTER)
-    conf, gpt = run(cache)
+    t, gpt = run(cache)
     assert timed == [('fp32', True), ('fp32', True), ('fp32', False)]
     assert kernels(gpt) == {False}
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith('auto: '))

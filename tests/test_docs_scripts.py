@@ -13,7 +13,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def load(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, 'scripts', name + '.py'))
+    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, 'scripts', 'written', name + '.py'))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

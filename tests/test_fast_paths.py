@@ -7,7 +7,7 @@
   and for rows that never close their answer.
 - Attention: scaled_dot_product_attention and the written-out math agree, outputs and gradients,
   for self- and cross-attention.
-- Dropout: attention.Dropout's cheaper draws on a CPU drop with nn.Dropout's probability,
+- Dropout: fastpath.Dropout's cheaper draws on a CPU drop with nn.Dropout's probability,
   independently, scale and pass gradients as it does, and give the model the same mean loss.
 - Training: skipping the positions that cannot change the loss (trim_padding, and the model's
   packed_loss) gives the loss and gradients of the full batch, for all four variants (the
@@ -15,10 +15,14 @@
   matches a plain handout loop (same seed, same batches, dropout 0) within float noise in fp32
   (also torch.compile'd) and within a small tolerance in bf16.
 """
+from types import SimpleNamespace
+
 import pytest
 import torch
 
 import attention
+import cpu_paths
+import fastpath
 from conftest import LossLog
 import batches
 import dataset
@@ -39,8 +43,9 @@ CORPUS = '\n'.join([
 TSV = ''.join(f'Where was {n} born?\t{p}\n' for n, p in [
     ('Ada Lovelace', 'London'), ('Alan Turing', 'London'), ('Marie Curie', 'Warsaw'),
     ('Niels Bohr', 'Copenhagen'), ('Emmy Noether', 'Erlangen'), ('Srinivasa Ramanujan', 'Erode')])
-VARIANTS = {'vanilla': {}, 'synthesizer': {'synthesizer': True},
-            'perceiver': {'perceiver': True, 'bottleneck_dim': 8}, 'rope': {'rope': True}}
+# every variant of model.VARIANTS, the perceiver with a bottleneck small enough for short inputs
+VARIANTS = {v: dict(settings, **({'bottleneck_dim': 8} if 'bottleneck_dim' in settings else {}))
+            for v, settings in model.VARIANTS.items()}
 
 
 def tiny(vocab, overrides, fast=True, skip_padding=True, dropout=0.1, block_size=128, n_layer=3):
@@ -183,7 +188,7 @@ def attention_pair(cls, seed, **overrides):
             p.normal_(0, 0.3)  # far from uniform attention, so that differences show
     plain = cls(conf)
     plain.load_state_dict(fast.state_dict())
-    fast.fast, plain.fast = True, False
+    fast.flash, plain.flash = True, False
     return fast, plain
 
 
@@ -226,7 +231,7 @@ def test_sdpa_and_plain_attention_agree_with_gradients(kind, shapes, device):
 ])
 def test_cpu_training_attention_with_dropout_is_the_handouts_math(kind, shapes):
     """Training on a CPU with attention dropout, the fast path computes attention as
-    attention.causal_math (the scale and mask inside one batched product): the handout's
+    fastpath.causal_math (the scale and mask inside one batched product): the handout's
     written-out math, as the reference module has it, with nn.Dropout's draws on both sides (the
     same masks), gives the same outputs and gradients."""
     over = dict(n_layer=1, n_head=4, n_embd=32, attn_pdrop=0.3, resid_pdrop=0.0,
@@ -260,8 +265,9 @@ def test_cpu_training_attention_with_dropout_is_the_handouts_math(kind, shapes):
 
 
 def test_cpu_bf16_training_takes_the_written_out_math(data):
-    """Under bf16 autocast, training on a CPU computes attention as the plain path does (there it
-    is faster than the fused kernel): the same numbers to the last bit of float noise, where the
+    """Told bf16 (nothing measured), training on a CPU computes attention as the plain path does
+    (there it is faster than the fused kernel): the trainer's start sets that path
+    (cpu_paths.ChoosePaths), and the numbers are the same to the last bit of float noise, where the
     fused kernel's bf16 rounding would differ by about 1e-3 (checked below in eval mode)."""
     pre, _ = data
     x, y = batches.collate(pre, range(8))
@@ -269,6 +275,10 @@ def test_cpu_bf16_training_takes_the_written_out_math(data):
     fast = jitter(tiny(pre.vocab_size, {}, skip_padding=False, dropout=0.0), 0.3)
     plain = tiny(pre.vocab_size, {}, fast=False, skip_padding=False, dropout=0.0)
     plain.load_state_dict(fast.state_dict())
+    start = SimpleNamespace(config=SimpleNamespace(precision='bf16'), device=torch.device('cpu'),
+                            model=fast)
+    cpu_paths.ChoosePaths().on_train_start(start)
+    assert {m.cpu_kernel for m in fast.modules() if hasattr(m, 'cpu_kernel')} == {False}
     losses = {}
     for mode in ('train', 'eval'):
         with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16):
@@ -289,7 +299,7 @@ def test_fast_dropout_has_nn_dropouts_distribution(p, device):
     """nn.Dropout (the handout's): each element zeroed independently with probability p, the
     others scaled by 1 / (1 - p), gradients through the same mask. (On a GPU the model's
     Dropout is nn.Dropout itself: the same checks, of the path a GPU takes.)"""
-    drop = attention.Dropout(p, model.GPTConfig(10, 8)).train()
+    drop = fastpath.Dropout(p, model.GPTConfig(10, 8)).train()
     assert drop.fast  # GPTConfig's default
     x = (torch.rand(1 << 20, generator=torch.Generator().manual_seed(0)) + 0.5).to(device)
     x.requires_grad_()
@@ -315,7 +325,7 @@ def test_fast_dropout_has_nn_dropouts_distribution(p, device):
     torch.manual_seed(2)
     want = torch.nn.Dropout(p)(x)
     torch.manual_seed(2)
-    assert torch.equal(attention.Dropout(p)(x), want)
+    assert torch.equal(fastpath.Dropout(p)(x), want)
 
 
 def test_fast_dropout_trains_the_model_as_nn_dropout_does(data):

@@ -1,4 +1,4 @@
-"""scripts/grade.py on submissions this suite builds itself: tiny run.py runs (one finetuning step
+"""scripts/grading/grade.py on submissions this suite builds itself: tiny run.py runs (one finetuning step
 of the handout's model on 64 questions, evaluation on the first 40 dev and 30 test questions),
 then collect_submission.sh. A complete submission passes layout and loading and reproduces 100%;
 one changed predictions line is caught at that line; a dataset.py that breaks one property fails
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPTS = os.path.join(REPO, 'scripts')
+SCRIPTS = os.path.join(REPO, 'scripts', 'grading')
 DATA = os.path.join(REPO, 'data')
 sys.path.insert(0, SCRIPTS)
 import grade  # noqa: E402

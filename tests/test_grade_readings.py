@@ -1,5 +1,5 @@
-"""The dataset check of scripts/grade.py on what students really write
-(scripts/student_datasets.py): the readings the handouts allow pass and say which they follow, the masked length is judged in
+"""The dataset check of scripts/grading/grade.py on what students really write
+(scripts/grading/student_datasets.py): the readings the handouts allow pass and say which they follow, the masked length is judged in
 characters against a band, documents of 0-3 characters only warn, and the figures repeat.
 
 Most cases draw in this process (dataset_probe.draw, the probe's own code, on a module imported
@@ -14,7 +14,7 @@ import sys
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, 'scripts'))
+sys.path.insert(0, os.path.join(REPO, 'scripts', 'grading'))
 import spec_check  # noqa: E402
 import student_datasets  # noqa: E402
 

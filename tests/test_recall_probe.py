@@ -1,4 +1,4 @@
-"""scripts/recall_probe.py: which wiki lines it asks a pretrained model to continue, and its
+"""scripts/dev/recall_probe.py: which wiki lines it asks a pretrained model to continue, and its
 error line for a params file that does not fit."""
 import os
 import subprocess
@@ -6,7 +6,7 @@ import sys
 
 from conftest import REPO
 
-sys.path.insert(0, os.path.join(REPO, 'scripts'))
+sys.path.insert(0, os.path.join(REPO, 'scripts', 'dev'))
 import recall_probe  # noqa: E402
 
 WIKI = '\n'.join([
@@ -41,7 +41,7 @@ def test_the_three_prompts():
 def test_params_of_another_model_are_one_error_line(tmp_path):
     import torch
     torch.save({'w': torch.zeros(2)}, tmp_path / 'x.params')
-    proc = subprocess.run([sys.executable, os.path.join(REPO, 'scripts', 'recall_probe.py'),
+    proc = subprocess.run([sys.executable, os.path.join(REPO, 'scripts', 'dev', 'recall_probe.py'),
                            str(tmp_path / 'x.params')], capture_output=True, text=True)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith('error: --reading_params_path')
@@ -51,7 +51,7 @@ def test_params_of_another_model_are_one_error_line(tmp_path):
 def test_eval_file_not_utf8_is_one_error_line(tmp_path):
     bad = tmp_path / 'dev.tsv'
     bad.write_bytes(b'Where was Ada Brook born?\tL\xf6ndon\n')
-    proc = subprocess.run([sys.executable, os.path.join(REPO, 'scripts', 'recall_probe.py'),
+    proc = subprocess.run([sys.executable, os.path.join(REPO, 'scripts', 'dev', 'recall_probe.py'),
                            str(tmp_path / 'none.params'), '--eval_corpus_path', str(bad)],
                           capture_output=True, text=True)
     assert proc.returncode == 2

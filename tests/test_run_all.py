@@ -14,6 +14,7 @@ from conftest import REPO
 
 sys.path.insert(0, os.path.join(REPO, 'scripts'))
 import run_all  # noqa: E402
+import utils  # noqa: E402
 
 
 def test_commands_are_the_handouts():
@@ -299,9 +300,9 @@ def test_a_truncated_timings_file_is_one_warning_not_a_traceback(finished_run):
 def test_the_commit_of_a_tree_without_git_is_the_one_passed_in(tmp_path, monkeypatch):
     copy = tmp_path / 'copy'
     shutil.copytree(os.path.join(REPO, 'scripts'), copy / 'scripts')
-    monkeypatch.setattr(run_all, 'REPO', str(copy))
     monkeypatch.setenv('GIT_CEILING_DIRECTORIES', str(tmp_path))  # no repository above it
-    monkeypatch.delenv(run_all.COMMIT_ENV, raising=False)
-    assert run_all.commit() == 'unknown'
-    monkeypatch.setenv(run_all.COMMIT_ENV, 'abc1234')
-    assert run_all.commit() == 'abc1234'
+    monkeypatch.delenv(utils.COMMIT_ENV, raising=False)
+    assert utils.source_commit(str(copy)) == 'unknown'
+    monkeypatch.setenv(utils.COMMIT_ENV, 'abc1234')
+    assert utils.source_commit(str(copy)) == 'abc1234'
+    assert utils.source_commit() not in ('unknown', 'abc1234')  # this checkout has its commit

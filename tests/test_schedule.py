@@ -101,6 +101,31 @@ def test_optimizer_groups(kw):
     torch.optim.AdamW(groups, lr=1e-3)
 
 
+def test_optimizer_groups_refuse_a_parameter_no_rule_places():
+    """A bare parameter added to a model without a weight-decay entry is named, not silently
+    left undecayed (as minGPT's configure_optimizers asserts)."""
+    gpt = tiny_gpt()
+    gpt.blocks[1].attn.gate = torch.nn.Parameter(torch.zeros(3))
+    with pytest.raises(ValueError, match=r'blocks\.1\.attn\.gate \(CausalSelfAttention\)'):
+        trainer.optimizer_groups(gpt, 0.1)
+    type(gpt.blocks[1].attn).weight_decay = {'gate': False}
+    try:
+        groups = trainer.optimizer_groups(gpt, 0.1)
+    finally:
+        del type(gpt.blocks[1].attn).weight_decay
+    assert any(p is gpt.blocks[1].attn.gate for p in groups[1]['params'])
+
+
+@pytest.mark.parametrize('variant', sorted(model.VARIANTS))
+def test_variant_table_builds_the_variants_flags(variant):
+    """model.config_for(name) sets the handout's flags for that variant and nothing else; the
+    bottleneck is taken only by a variant that has one."""
+    conf = model.config_for(variant, 20, BLOCK, bottleneck_dim=16, n_layer=4, n_head=2, n_embd=16)
+    flags = {f: getattr(conf, f) for f in ('synthesizer', 'perceiver', 'rope')}
+    assert flags == {f: f == variant for f in flags}
+    assert conf.bottleneck_dim == (16 if variant == 'perceiver' else None)
+
+
 @pytest.mark.parametrize('kw', [{}, dict(synthesizer=True), dict(perceiver=True, bottleneck_dim=16),
                                 dict(perceiver=True, bottleneck_dim=32)],
                          ids=['vanilla', 'synthesizer', 'perceiver', 'perceiver-wide'])

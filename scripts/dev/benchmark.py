@@ -1,9 +1,9 @@
 """Plain (handout-equivalent) path vs this code's fast path, measured side by side in one run.
 
-    python scripts/benchmark.py                      # CPU: results/benchmarks-<machine kind>.md
-    python scripts/benchmark.py --device cuda       # e.g. results/benchmarks-nvidia-h100-80gb-hbm3.md
-    python scripts/benchmark.py --compile ...       # a column for the fast path under torch.compile
-    python scripts/benchmark.py --rounds 3 ...      # plain and fast take turns 3 times (medians)
+    python scripts/dev/benchmark.py                      # CPU: results/benchmarks-<machine kind>.md
+    python scripts/dev/benchmark.py --device cuda       # e.g. results/benchmarks-nvidia-h100-80gb-hbm3.md
+    python scripts/dev/benchmark.py --compile ...       # a column for the fast path under torch.compile
+    python scripts/dev/benchmark.py --rounds 3 ...      # plain and fast take turns 3 times (medians)
 
 Training: tokens/s as the handout counts them (batch x 127 per step, padding included), the
 handout's model with its dropout of 0.1 and its batch sizes (--preset: another preset's model and
@@ -13,10 +13,10 @@ pretraining/finetuning batch sizes, e.g. the CPU recipe's).
          steps), a loss .item() every step;
   fast:  trainer.Trainer as run.py configures it (batches built in process on a CPU, by 4
          DataLoader workers on a GPU, timed after the first step; trailing padding dropped,
-         scaled_dot_product_attention (on a CPU with dropout the written-out math: attention.
-         attend), on a CPU the precision and attention path precision 'auto' measures fastest
+         scaled_dot_product_attention (on a CPU with dropout the written-out math:
+         CausalSelfAttention.cpu_math), on a CPU the precision and attention path precision 'auto' measures fastest
          on this machine, bf16 autocast on a GPU that has it, fused AdamW on CUDA,
-         attention.Dropout's cheaper draws on a CPU).
+         fastpath.Dropout's cheaper draws on a CPU).
 Evaluation: the 500 dev questions, the handout's one-question `utils.sample` loop on the plain
 model vs decode.greedy_complete on the fast one (the same weights), with a check that the
 predictions are identical.
@@ -39,12 +39,12 @@ import torch
 from torch.utils.data import DataLoader, Subset
 from torch.utils.flop_counter import FlopCounterMode
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, 'src'))
 import cpu_paths  # noqa: E402
 import dataset  # noqa: E402
 import devices  # noqa: E402
-from attention import kept_lengths  # noqa: E402
+from fastpath import kept_lengths  # noqa: E402
 import model  # noqa: E402
 import presets  # noqa: E402
 import trainer  # noqa: E402
@@ -55,12 +55,8 @@ from devices import bf16_supported  # noqa: E402
 
 
 def build(variant, vocab, fast, preset='handout'):
-    conf = model.GPTConfig(vocab, presets.BLOCK_SIZE, **presets.model_values(preset),
-                           fast_attention=fast, skip_padding=fast, fast_dropout=fast)
-    conf.synthesizer = variant == 'synthesizer'
-    conf.perceiver = variant == 'perceiver'
-    conf.bottleneck_dim = 64 if variant == 'perceiver' else None
-    conf.rope = variant == 'rope'
+    conf = model.config_for(variant, vocab, presets.BLOCK_SIZE, 64, **presets.model_values(preset),
+                            fast_attention=fast, skip_padding=fast, fast_dropout=fast)
     return model.GPT(conf)
 
 
@@ -266,8 +262,7 @@ def main():
     ap.add_argument('--steps', type=int, default=3, help='timed steps per training measurement')
     ap.add_argument('--rounds', type=int, default=1,
                     help='plain and fast take turns this many times per row (medians)')
-    ap.add_argument('--variants', nargs='+', default=['vanilla', 'synthesizer', 'perceiver', 'rope'],
-                    choices=['vanilla', 'synthesizer', 'perceiver', 'rope'])
+    ap.add_argument('--variants', nargs='+', default=list(model.VARIANTS), choices=list(model.VARIANTS))
     ap.add_argument('--eval_questions', type=int, default=500)
     ap.add_argument('--preset', choices=sorted(presets.PRESETS), default='handout',
                     help='the model and training batch sizes measured (default: the handout\'s)')
@@ -355,7 +350,7 @@ def write_report(args, rows, against, peaks, shares, batches, final=False):
     compiled = ['fast + torch.compile'] if args.compile else []
     columns = (['measurement', 'plain (handout)', 'fast (this code)', 'ratio', 'work ratio'] + compiled
                + ['MFU plain', 'MFU fast'] + [f'MFU {c}' for c in compiled])
-    cmd = 'python scripts/benchmark.py ' + ' '.join(sys.argv[1:])
+    cmd = 'python scripts/dev/benchmark.py ' + ' '.join(sys.argv[1:])
     lines = ['# Benchmark: handout-equivalent path vs fast path', '',
              f'- machine: {machine(args.device)}', f'- command: `{cmd.strip()}`',
              f'- date: {time.strftime("%Y-%m-%d", time.gmtime())}',

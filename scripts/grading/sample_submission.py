@@ -3,7 +3,7 @@ for one epoch from scratch on the first questions of birth_places_train.tsv (one
 params are of the handout's shapes, the answers are noise), evaluates it on the dev and test
 questions, and collect_submission.sh zips the result. For grade.py's tests and benchmark.
 
-    python scripts/sample_submission.py --edition rope --out DIR [--dev 40 --test 30]
+    python scripts/grading/sample_submission.py --edition rope --out DIR [--dev 40 --test 30]
 
 vanilla.finetune.params and the vanilla.pretrain predictions are copies of the no-pretraining
 ones (a real run pretrains first; the grader cannot tell, and needs only files of the right
@@ -17,9 +17,9 @@ import subprocess
 import sys
 import zipfile
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA = os.path.join(REPO, 'data')
-sys.path.insert(0, os.path.join(REPO, 'scripts'))
+sys.path.insert(0, os.path.join(REPO, 'scripts', 'grading'))
 import submission  # noqa: E402
 
 # every run.py command of the submission in one process (one torch import)

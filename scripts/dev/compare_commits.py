@@ -1,8 +1,8 @@
 """Whether two versions of this code compute the same thing: the same short commands run in each,
 their params compared tensor by tensor and their predictions byte by byte.
 
-    python scripts/compare_commits.py BEFORE            # commit BEFORE against the working tree
-    python scripts/compare_commits.py BEFORE AFTER      # two commits
+    python scripts/dev/compare_commits.py BEFORE            # commit BEFORE against the working tree
+    python scripts/dev/compare_commits.py BEFORE AFTER      # two commits
 
 For a change that should change no result (a reorganisation, a faster path): every variant is
 pretrained for 1 epoch (fp32) on the first 300 lines of wiki.txt and the questions' lines,
@@ -18,12 +18,15 @@ import tempfile
 
 import torch
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, 'src'))
+import model  # noqa: E402
 from datafiles import resolve  # noqa: E402
 from utils import OneLineParser  # noqa: E402
 
-VARIANTS = {'vanilla': [], 'synthesizer': [], 'perceiver': ['--bottleneck_dim', '64'], 'rope': []}
+# every variant, the perceiver with the handout commands' bottleneck
+VARIANTS = {v: ['--bottleneck_dim', '64'] if 'bottleneck_dim' in settings else []
+            for v, settings in model.VARIANTS.items()}
 FIXED = ['--max_epochs', '1', '--seed', '0', '--num_workers', '0', '--device', 'cpu']
 
 
@@ -72,7 +75,7 @@ def same(a, b):
 
 
 def main():
-    ap = OneLineParser(prog='python scripts/compare_commits.py', description=__doc__.split('\n')[0])
+    ap = OneLineParser(prog='python scripts/dev/compare_commits.py', description=__doc__.split('\n')[0])
     ap.add_argument('before', help='a commit')
     ap.add_argument('after', nargs='?', default=None, help='a commit (default: the working tree)')
     args = ap.parse_args()

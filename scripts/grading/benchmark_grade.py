@@ -2,7 +2,7 @@
 (unzipping, layout, accuracy, loading, reproducing all predictions of the 500 dev and 437 test
 questions, the dataset check in its sandbox), measured from the command line as a TA runs it.
 
-    python scripts/benchmark_grade.py [--edition synthesizer|perceiver|rope ...] [--repeat 2]
+    python scripts/grading/benchmark_grade.py [--edition synthesizer|perceiver|rope ...] [--repeat 2]
 
 The sample submissions (sample_submission.py) hold one-step models: their answers are noise, so
 greedy decoding runs all 32 steps for every question; trained models stop at the second ⁇ and
@@ -18,7 +18,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), 'src'))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, 'src'))
 from cpu_paths import cpu_model  # noqa: E402
 import sample_submission  # noqa: E402
 import submission  # noqa: E402

@@ -11,8 +11,8 @@ Two more prompts (--prompt) tell what the fact is stored under: `name` gives onl
 the line starts) and counts the place anywhere in the next CONTINUE characters; `shifted` gives
 "Where was Name." (the same name, 10 characters later, where a question puts it), counted alike.
 
-    python scripts/recall_probe.py vanilla.pretrain.params
-    python scripts/recall_probe.py runs/x/vanilla.pretrain.params --preset cpu-45min --prompt name
+    python scripts/dev/recall_probe.py vanilla.pretrain.params
+    python scripts/dev/recall_probe.py runs/x/vanilla.pretrain.params --preset cpu-45min --prompt name
 """
 import argparse
 import os
@@ -20,9 +20,10 @@ import re
 import sys
 from types import SimpleNamespace
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, 'src'))
 import inputs  # noqa: E402
+import model  # noqa: E402
 import presets  # noqa: E402
 import run  # noqa: E402
 from datafiles import resolve  # noqa: E402
@@ -60,7 +61,8 @@ def prompt_of(kind, name, before):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('params')
-    ap.add_argument('--variant', default='vanilla', choices=('vanilla', 'synthesizer', 'perceiver'))
+    ap.add_argument('--variant', default='vanilla', 
+                    choices=[v for v in model.VARIANTS if v != 'rope'])  # (rope not probed yet)
     ap.add_argument('--preset', default='handout', choices=sorted(presets.PRESETS))
     ap.add_argument('--bottleneck_dim', type=int, default=presets.BOTTLENECK_DIM)
     ap.add_argument('--pretrain_corpus_path', default='wiki.txt')

@@ -25,7 +25,8 @@ import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROBE = os.path.join(HERE, 'dataset_probe.py')
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), 'src'))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, 'src'))
 import presets  # noqa: E402
 
 MASK_CHAR = '\u2047'

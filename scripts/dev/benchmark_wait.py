@@ -2,7 +2,7 @@
 default wait policy, with passive waiting, and with run.py's own choice (src/cpu_load.py: passive
 when other processes hold a quarter of the CPUs or more when it starts).
 
-    python scripts/benchmark_wait.py [--rounds 2] [--lines 1344] [--out results/wait-policy.md]
+    python scripts/dev/benchmark_wait.py [--rounds 2] [--lines 1344] [--out results/wait-policy.md]
 
 Each measurement is `python src/run.py pretrain vanilla CORPUS --preset cpu-20min --max_epochs 1`
 on the first --lines lines of wiki.txt (21 steps of 64 at the default), its throughput the last
@@ -20,7 +20,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
+REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, 'src'))
 from cpu_paths import cpu_model  # noqa: E402
 from datafiles import resolve  # noqa: E402
@@ -84,7 +84,7 @@ def main(argv=None):
             rows.append(f'| {condition} | ' + ' | '.join(f'{m[n]:,.0f}' for n in SETTINGS)
                         + f' | {ratio:.2f} |')
     lines = [f'- machine: {cpu_model()}, {os.cpu_count()} cores; command: `python '
-             f'scripts/benchmark_wait.py {" ".join(sys.argv[1:] if argv is None else argv)}`'.rstrip(),
+             f'scripts/dev/benchmark_wait.py {" ".join(sys.argv[1:] if argv is None else argv)}`'.rstrip(),
              f'- date: {time.strftime("%Y-%m-%d", time.gmtime())}; pretraining tok/s, median of '
              f'{args.rounds} rounds taking turns', '',
              '| condition | ' + ' | '.join(SETTINGS) + ' | choice / better of the two |',

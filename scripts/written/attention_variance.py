@@ -1,8 +1,8 @@
 """Handout question 1 (2021-22 edition), numerically: attention copying and averaging (1a, 1b),
 and why two heads average two values more reliably than one (1c, 1d).
 
-    python scripts/attention_variance.py                 # defaults: n=8 keys in d=32, beta=30
-    python scripts/attention_variance.py --samples 20000 --beta 50
+    python scripts/written/attention_variance.py                 # defaults: n=8 keys in d=32, beta=30
+    python scripts/written/attention_variance.py --samples 20000 --beta 50
 
 Setup, as in the handout: keys k_i ~ N(mu_i, Sigma_i) with orthonormal means mu_i (known) and
 unknown covariances, values v_i, and c = sum_i softmax(k^T q)_i v_i. The values are one-hot

@@ -1,11 +1,11 @@
 """Grade submissions of the assignment, as course staff would (or a student before uploading).
 
-    python scripts/grade.py SUBMISSION [SUBMISSION ...] [--edition synthesizer|perceiver|rope]
+    python scripts/grading/grade.py SUBMISSION [SUBMISSION ...] [--edition synthesizer|perceiver|rope]
         [--test_answers FILE] [--json FILE] [--out DIR] [--data_dir DIR]
 
 A SUBMISSION is a zip (collect_submission.sh's), an unzipped folder, or a folder of zips. Per
 submission:
-  layout        the files its edition's handout lists (scripts/submission.py), none missing or
+  layout        the files its edition's handout lists (scripts/grading/submission.py), none missing or
                 empty; extra files named;
   predictions   one line per question; dev accuracy against birth_dev.tsv, test accuracy with
                 --test_answers; the handout's thresholds, pass or fail;
@@ -30,7 +30,7 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
+REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, 'src'))
 
 import torch  # noqa: E402
@@ -441,7 +441,7 @@ def write_text(path, text):
 
 
 def parse_args(argv=None):
-    ap = utils.OneLineParser(prog='python scripts/grade.py', description=__doc__.split('\n')[0])
+    ap = utils.OneLineParser(prog='python scripts/grading/grade.py', description=__doc__.split('\n')[0])
     ap.add_argument('submissions', nargs='+', metavar='SUBMISSION',
                     help='a submission zip, an unzipped submission folder, or a folder of zips')
     ap.add_argument('--edition', choices=sorted(submission.EDITIONS),

@@ -3,7 +3,7 @@ handouts leave open as parameters: how the truncation and the masked length are 
 third ⁇ follows the masked content (the starter's examples), and whether x and y are block_size
 or block_size - 1 long. NameDataset is the handout's, which students do not change.
 
-    python scripts/student_datasets.py [--draws N] [--seed S]
+    python scripts/grading/student_datasets.py [--draws N] [--seed S]
 
 prints, for each masked length of PASSING and FAILING, the grader's verdict, mean gap and
 interval (the table in results/grading.md). The grader's tests (test_grade_readings.py,

@@ -1,8 +1,8 @@
 """How the cost of a forward pass grows with the input length l: vanilla GPT vs the perceiver
 (handout 2022-23, question 2(g)ii), measured on src/model.GPT.
 
-    python scripts/perceiver_complexity.py                    # d=256, L=4, m=32, l=128..2048
-    python scripts/perceiver_complexity.py --bottleneck_dim 64 --lengths 64 128 256 512
+    python scripts/written/perceiver_complexity.py                    # d=256, L=4, m=32, l=128..2048
+    python scripts/written/perceiver_complexity.py --bottleneck_dim 64 --lengths 64 128 256 512
 
 For each l it counts the floating-point operations of one forward pass (batch 1) with
 torch.utils.flop_counter, split into
@@ -25,7 +25,8 @@ import time
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'src'))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, 'src'))
 import model  # noqa: E402  (src/model.py)
 from cpu_paths import cpu_model  # noqa: E402
 

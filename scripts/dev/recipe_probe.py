@@ -1,0 +1,173 @@
+"""One configuration of a CPU-recipe experiment (docs/cpu-recipe.md): train the vanilla model on a
+mix of views of wiki.txt and training questions for a fixed number of steps, then measure both
+halves on people held out of every training set: *stored* (the person's own line continued up to
+the place) and *extracted* (the question answered).
+
+The validation people are VAL_PEOPLE of birth_places_train.tsv, drawn with a fixed seed; their
+questions never train. Views are built from a line's characters and word boundaries only: no
+code here reads a place out of wiki.txt (places come from the training questions alone).
+
+    python scripts/dev/recipe_probe.py --views suffix --steps 2000 --out results/cpu-recipe/E1
+"""
+import argparse
+import json
+import os
+import random
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, 'src'))
+import torch  # noqa: E402
+
+import inputs  # noqa: E402
+import model  # noqa: E402
+import presets  # noqa: E402
+import run  # noqa: E402
+import trainer  # noqa: E402
+from dataset import MASK_CHAR, PAD_CHAR  # noqa: E402
+from datafiles import resolve  # noqa: E402
+from decode import greedy_complete  # noqa: E402
+from recall_probe import probes  # noqa: E402
+
+VAL_PEOPLE = 200
+SPLIT_SEED = 224
+LEAD = 'Where was '
+
+
+def split_questions(lines):
+    """(training lines, validation lines) of birth_places_train.tsv: VAL_PEOPLE held out."""
+    order = list(range(len(lines)))
+    random.Random(SPLIT_SEED).shuffle(order)
+    held = set(order[:VAL_PEOPLE])
+    return ([l for i, l in enumerate(lines) if i not in held],
+            [l for i, l in enumerate(lines) if i in held])
+
+
+def name_and_rest(line):
+    """A wiki.txt line is 'NAME. sentence': (NAME, sentence)."""
+    name, _, rest = line.partition('. ')
+    return name, rest
+
+
+def view(line, kind, rng):
+    """A view of one wiki.txt line, cut at characters or word boundaries only."""
+    if kind == 'line':
+        return line
+    name, rest = name_and_rest(line)
+    words = rest.split(' ')
+    if kind == 'suffix':  # the name, then the sentence from a random word on
+        return f'{name}. ' + ' '.join(words[rng.randrange(len(words)):])
+    if kind == 'drop':  # the name, then each word of the sentence kept with probability 1/2
+        return f'{name}. ' + ' '.join(w for w in words if rng.random() < 0.5)
+    if kind == 'born':  # the name, then the sentence from its first "born" on
+        at = rest.lower().find('born')
+        return f'{name} ' + (rest[at:] if at >= 0 else rest)
+    raise ValueError(kind)
+
+
+class Mix(torch.utils.data.Dataset):
+    """`length` examples, each a view of a random line (led by LEAD half the time; the lead's
+    targets are PAD) or, with probability `share`, a training question (the handout's
+    NameDataset example: loss on the answer only)."""
+
+    def __init__(self, wiki_lines, questions, stoi, kinds, share, length, block=presets.BLOCK_SIZE):
+        self.lines, self.questions, self.stoi = wiki_lines, questions, stoi
+        self.kinds, self.share, self.length, self.block = kinds, share, length, block
+
+    def __len__(self):
+        return self.length
+
+    def encode(self, text, targets_from):
+        text = (text + PAD_CHAR * self.block)[:self.block]
+        x = torch.tensor([self.stoi[c] for c in text[:-1]], dtype=torch.long)
+        y = torch.tensor([self.stoi[c] for c in text[1:]], dtype=torch.long)
+        y[:max(0, targets_from - 1)] = 0
+        return x, y
+
+    def __getitem__(self, idx):
+        rng = random  # seeded per batch by batches.collate
+        if rng.random() < self.share:
+            question, place = rng.choice(self.questions).split('\t')
+            return self.encode(question + MASK_CHAR + place + MASK_CHAR, len(question))
+        text = view(rng.choice(self.lines), rng.choice(self.kinds), rng)
+        lead = LEAD if rng.random() < 0.5 else ''
+        return self.encode(lead + text, len(lead))
+
+
+def stored(gpt, vocab, wiki_lines, eval_lines):
+    """Share of eval people whose own line, given up to the place, is continued by the place."""
+    found = probes(wiki_lines, eval_lines)
+    hits = 0
+    for length in sorted({len(p) for _, _, p in found}):
+        group = [f for f in found if len(f[2]) == length]
+        prompts = [[vocab.stoi[c] for c in before] for _, before, _ in group]
+        for out, prompt, (_, _, place) in zip(greedy_complete(gpt, prompts, length), prompts, group):
+            hits += ''.join(vocab.itos[int(i)] for i in out[len(prompt):]) == place
+    return hits / max(1, len(found)), len(found)
+
+
+def extracted(gpt, vocab, eval_lines):
+    questions = [l.split('\t') for l in eval_lines]
+    prompts = [[vocab.stoi[c] for c in q + MASK_CHAR] for q, _ in questions]
+    answers = run.predict(gpt, prompts, vocab, 'cpu')
+    return sum(a == p for a, (_, p) in zip(answers, questions)) / len(questions), answers
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap.add_argument('--views', default='suffix', help='comma-separated: line, suffix, drop, born')
+    ap.add_argument('--question_share', type=float, default=0.25)
+    ap.add_argument('--steps', type=int, default=2000)
+    ap.add_argument('--batch_size', type=int, default=64)
+    ap.add_argument('--learning_rate', type=float, default=3e-3)
+    ap.add_argument('--warmup_steps', type=int, default=30)
+    ap.add_argument('--n_embd', type=int, default=presets.MODEL['n_embd'])
+    ap.add_argument('--n_layer', type=int, default=presets.MODEL['n_layer'])
+    ap.add_argument('--seed', type=int, default=0)
+    ap.add_argument('--dev', action='store_true', help='also measure dev (only for a kept recipe)')
+    ap.add_argument('--out', required=True)
+    args = ap.parse_args(argv)
+
+    torch.manual_seed(args.seed)
+    random.seed(args.seed)
+    vocab = inputs.read_corpus(resolve('wiki.txt', 'wiki.txt'))
+    wiki_lines = [line for line in vocab.data if line.strip()]
+    train_lines = open(resolve('birth_places_train.tsv', 'train'), encoding='utf-8').read().splitlines()
+    train_q, val_q = split_questions([l for l in train_lines if l.strip()])
+    sizes = dict(presets.model_values('cpu-20min'), n_embd=args.n_embd, n_layer=args.n_layer)
+    gpt = model.GPT(model.config_for('vanilla', vocab.vocab_size, presets.BLOCK_SIZE, **sizes))
+    mix = Mix(wiki_lines, train_q, vocab.stoi, args.views.split(','), args.question_share,
+              args.steps * args.batch_size)
+    row = (presets.BLOCK_SIZE - 1) * args.batch_size
+    tconf = trainer.TrainerConfig(max_epochs=1, batch_size=args.batch_size,
+                                  learning_rate=args.learning_rate, lr_decay=True,
+                                  warmup_tokens=args.warmup_steps * row,
+                                  final_tokens=args.steps * row, precision='auto', log_every=50)
+    os.makedirs(args.out, exist_ok=True)
+    start = time.time()
+    trainer.Trainer(gpt, mix, None, tconf).train()
+    minutes = (time.time() - start) / 60
+    gpt.eval()
+    result = dict(vars(args), minutes=round(minutes, 2), machine=torch.backends.cpu.get_cpu_capability(),
+                  threads=torch.get_num_threads())
+    result['stored_val'], result['stored_val_n'] = stored(gpt, vocab, wiki_lines, val_q)
+    result['extracted_val'], answers = extracted(gpt, vocab, val_q)
+    train_sample = random.Random(1).sample(train_q, 200)
+    result['extracted_train200'] = extracted(gpt, vocab, train_sample)[0]
+    if args.dev:
+        dev = [l for l in open(resolve('birth_dev.tsv', 'dev'), encoding='utf-8').read().splitlines() if l]
+        result['stored_dev'] = stored(gpt, vocab, wiki_lines, dev)[0]
+        result['dev'], dev_answers = extracted(gpt, vocab, dev)
+        with open(os.path.join(args.out, 'dev.predictions'), 'w', encoding='utf-8') as f:
+            f.write('\n'.join(dev_answers) + '\n')
+    with open(os.path.join(args.out, 'val.predictions'), 'w', encoding='utf-8') as f:
+        f.write('\n'.join(answers) + '\n')
+    with open(os.path.join(args.out, 'result.json'), 'w', encoding='utf-8') as f:
+        json.dump(result, f, indent=1)
+    torch.save(gpt.state_dict(), os.path.join(args.out, 'model.params'))
+    print(json.dumps(result))
+
+
+if __name__ == '__main__':
+    main()

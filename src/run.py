@@ -11,6 +11,7 @@ there, with the handout's values as defaults (see presets.py). Flags the handout
 only change how fast or how long a run is.
 """
 import argparse
+import json
 import math
 import os
 import sys
@@ -23,6 +24,7 @@ import cpu_load  # noqa: E402
 # command: a program that imports run has chosen its own (and mostly imported torch already).
 WAIT_POLICY = cpu_load.choose_wait_policy() if __name__ == '__main__' else None
 
+from torch import __version__ as torch_version  # noqa: E402
 from torch.utils.data import ConcatDataset  # noqa: E402
 
 import checkpoint
@@ -215,6 +217,31 @@ def train(gpt, data, args, stage, pretrain_len, lr, device, writer, path):
             utils.save_state_dict(gpt, path)
             if os.path.exists(tconf.resume_path):  # finished: nothing left to resume
                 os.remove(tconf.resume_path)
+        write_record(args, path, device, stage=stage, precision=run.precision,
+                     learning_rate=tconf.learning_rate, batch_size=tconf.batch_size,
+                     weight_decay=tconf.weight_decay, warmup_tokens=tconf.warmup_tokens,
+                     final_tokens=run.schedule.final_tokens,
+                     time_budget_minutes=budget, epochs_asked=tconf.max_epochs,
+                     epochs_planned=run.schedule.max_epochs, epochs_trained=run.epochs_trained,
+                     steps=run.step)
+
+
+def write_record(args, output, device, **used):
+    """Beside `output` (the params or predictions written), `output`.run.json: the settings this
+    command actually used (the preset's and the flags', and what the run chose or planned on the
+    way), for whoever reads the output later. Not read back by any command."""
+    record = dict(function=args.function, variant=args.variant, preset=args.preset,
+                  edition=args.edition, commit=utils.source_commit(), torch=torch_version,
+                  device=str(device), seed=args.seed,
+                  reading_params_path=args.reading_params_path,
+                  bottleneck_dim=args.bottleneck_dim if 'bottleneck_dim' in model.VARIANTS[args.variant] else None,
+                  **used, seconds=round(time.time() - START, 1))
+
+    def write(tmp):
+        with open(tmp, 'w', encoding='utf-8') as f:
+            json.dump(record, f, indent=1)
+            f.write('\n')
+    utils.atomic_write(output + '.run.json', write)
 
 
 def predict(gpt, prompts, vocab, device, precision='fp32', batch_size=256):
@@ -248,6 +275,8 @@ def evaluate(gpt, args, gold_lines, prompts, vocab, device):
                 fout.write(pred + '\n')
     utils.atomic_write(args.outputs_path, write)
     total, correct = utils.score_places(gold_lines, predictions)
+    write_record(args, args.outputs_path, device, precision=precision, eval_corpus_path=args.eval_path,
+                 questions=len(predictions), correct=int(correct) if total > 0 else None)
     if total > 0:
         print('Correct: {} out of {}: {}%'.format(correct, total, correct / total * 100))
     else:
@@ -255,14 +284,16 @@ def evaluate(gpt, args, gold_lines, prompts, vocab, device):
 
 
 def tensorboard_dir(args):
-    """The handout's folder for the run's tensorboard logs (2024-25: without bottleneck_dim)."""
+    """The handout's folder for the run's tensorboard logs (2024-25: without bottleneck_dim),
+    named with the learning rates the stages train at (the flags', else the preset's)."""
     name = f'{args.tb_expt_name}_{args.variant}'
     if args.edition == '2021-23':
         name += f'_{args.bottleneck_dim}'
-    return 'expt/%s/%s_pt_lr_%f_ft_lr_%f' % (
-        args.function, name,
-        args.pretrain_lr if args.pretrain_lr is not None else presets.HANDOUT['pretrain']['learning_rate'],
-        args.finetune_lr if args.finetune_lr is not None else presets.HANDOUT['finetune_scratch']['learning_rate'])
+    finetune = 'finetune_pretrained' if args.reading_params_path is not None else 'finetune_scratch'
+    pretrain_lr, finetune_lr = (
+        lr if lr is not None else presets.stage_values(args.preset, stage, args.edition)['learning_rate']
+        for lr, stage in ((args.pretrain_lr, 'pretrain'), (args.finetune_lr, finetune)))
+    return 'expt/%s/%s_pt_lr_%f_ft_lr_%f' % (args.function, name, pretrain_lr, finetune_lr)
 
 
 def run(args):

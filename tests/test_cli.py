@@ -1,6 +1,7 @@
 """End to end through the real command line, as the handout runs it: pretrain -> finetune ->
 evaluate for each variant on a tiny corpus (one epoch, CPU, fp32), the files each step leaves,
 the one-line errors, and the London baseline."""
+import json
 import os
 import re
 import subprocess
@@ -141,6 +142,25 @@ def test_tensorboard_dirs(pipeline):
         assert any(f.name.startswith('events.out.tfevents') for f in folder.iterdir())
 
 
+def test_each_output_has_a_record_of_the_settings_used(pipeline):
+    variant, d, procs = pipeline
+    _, _, pt_lr, ft_lr = VARIANTS[variant]
+    records = {name: json.loads((d / f'{name}.run.json').read_text(encoding='utf-8'))
+               for name in ('pt.params', 'ft.params', 'dev.predictions', 'test.predictions')}
+    for name, lr, stage in (('pt.params', pt_lr, 'pretrain'), ('ft.params', ft_lr, 'finetune_pretrained')):
+        r = records[name]
+        edition = '2024-25' if variant == 'rope' else '2021-23'  # rope is only the 2024-25 edition's
+        assert (r['variant'], r['preset'], r['edition'], r['stage']) == (variant, 'handout', edition, stage)
+        assert r['learning_rate'] == float(lr) and r['batch_size'] == 8 and r['precision'] == 'fp32'
+        assert r['epochs_asked'] == r['epochs_planned'] == r['epochs_trained'] == 1
+        assert r['commit'] and r['seed'] == 0
+    assert records['ft.params']['reading_params_path'] == 'pt.params'
+    dev_preds = (d / 'dev.predictions').read_text(encoding='utf-8').split('\n')
+    assert records['dev.predictions']['correct'] == sum(p == place for p, (_, place) in zip(dev_preds, DEV))
+    assert records['test.predictions']['correct'] is None
+    assert records['test.predictions']['questions'] == len(TEST)
+
+
 def test_training_progress_and_vocab_print(pipeline):
     variant, d, procs = pipeline
     vocab = len(set(CORPUS)) + 2
@@ -263,6 +283,11 @@ def test_the_cpu_recipe_trains_the_handouts_model_and_rehearses(tmp_path):
             '--preset', 'cpu-45min'] + FAST, tmp_path))
     state = torch.load(tmp_path / 'pt.params', weights_only=True)
     assert state['tok_emb.weight'].shape[1] == 256 and state['blocks.0.mlp.0.weight'].shape == (1024, 256)
+    # the run says what it used: the preset's learning rate, in its record and tensorboard's name
+    record = json.loads((tmp_path / 'pt.params.run.json').read_text(encoding='utf-8'))
+    assert (record['preset'], record['learning_rate'], record['batch_size']) == ('cpu-45min', 1.5e-3, 8)
+    assert record['time_budget_minutes'] == 38 and record['epochs_trained'] == 1
+    assert (tmp_path / 'expt' / 'pretrain' / 'run_vanilla_32_pt_lr_0.001500_ft_lr_0.000600').is_dir()
     ok(cli(['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path', 'pt.params',
             '--eval_corpus_path', 'dev.tsv', '--outputs_path', 'dev.predictions'] + FAST, tmp_path))
     assert len((tmp_path / 'dev.predictions').read_text(encoding='utf-8').splitlines()) == len(DEV)

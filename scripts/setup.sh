@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up everything the project needs: a virtualenv in .venv with the dependencies, and the data
-# copied into data/ with its checksums verified.
+# copied into data/ with its checksums verified; bubblewrap for the grader's sandbox where it can.
 #   bash scripts/setup.sh          run-time dependencies
 #   bash scripts/setup.sh --test   also the test dependencies
 # Environment: PYTHON (default python3), TORCH_SPEC (default torch==2.13.0: a CPU build on the
@@ -19,5 +19,17 @@ fi
 python -m pip install -q -r requirements.txt
 if [ "${1:-}" = "--test" ]; then
   python -m pip install -q -r requirements-test.txt
+fi
+# bubblewrap: the grader runs submissions' code in it (scripts/grading/README.md). Installed where
+# this user can (root with apt-get); elsewhere the grader says so when it is needed.
+if ! command -v bwrap >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    if ! apt-get install -y -q bubblewrap >/dev/null 2>&1; then
+      { apt-get update -q && apt-get install -y -q bubblewrap; } >/dev/null 2>&1 ||
+        echo "note: could not install bubblewrap (the grader's sandbox)"
+    fi
+  else
+    echo "note: bubblewrap (bwrap) is not installed: grading submissions needs it (apt-get install bubblewrap)"
+  fi
 fi
 python src/datafiles.py

@@ -319,7 +319,8 @@ class Grader:
         else:
             request, docs, pairs = self.request()
             report, why = spec_check.run_probe(src, os.path.join(work, 'sandbox'), request,
-                                               self.args.dataset_wall_seconds)
+                                               self.args.dataset_wall_seconds,
+                                               isolate=not self.args.no_sandbox)
             if report is None:
                 results = {p: (False, why) for p in spec_check.PROPERTIES}
             else:
@@ -458,6 +459,10 @@ def parse_args(argv=None):
                     help='where the predictions are regenerated')
     ap.add_argument('--skip', action='append', choices=('reproduction', 'dataset'), default=[],
                     help='leave out a check (repeatable): its key in --json stays empty')
+    ap.add_argument('--no_sandbox', '--no-sandbox', action='store_true',
+                    help='run submissions\' dataset.py without bubblewrap (only where it cannot '
+                         'be installed): their code then runs as your user, can read what you '
+                         'can, reach the network and start processes that outlive the grader')
     checks = ap.add_argument_group('the dataset check')
     checks.add_argument('--draws', type=int, default=spec_check.DEFAULTS['draws'],
                         help='examples drawn from the CharCorruptionDataset (default %(default)s)')
@@ -507,6 +512,12 @@ def check_args(args):
                     break
         if problem is not None:
             raise UsageError(f'--out {args.out}: {problem}')
+    if not args.no_sandbox and 'dataset' not in args.skip:
+        problem = spec_check.sandbox_problem()
+        if problem is not None:
+            raise UsageError(f'{problem}: submissions\' dataset.py would run as your user, with '
+                             'your files and network; install it, or pass --no-sandbox to accept '
+                             'that risk')
 
 
 def main(argv=None):

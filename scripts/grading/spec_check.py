@@ -2,8 +2,13 @@
 
 The submission's src/dataset.py runs in a child process (dataset_probe.py) in a sandbox folder:
 a copy of its src/, a clean environment, its working directory and HOME in that folder, limits
-on CPU time, address space and file size, and a wall-clock limit after which its whole process
-group is killed. It is never imported into the grader. The child only reports what the dataset
+on CPU time, address space and file size, and a wall-clock limit after which it is killed. The
+child runs under bubblewrap (Debian's `bubblewrap`, the sandbox Flatpak uses; `sandbox_command`):
+its own PID, mount, network, IPC and user namespaces, the interpreter and the probe read-only,
+the sandbox folder the only writable place, no /proc of the grader, and nothing it starts
+outlives it (--die-with-parent, a PID namespace whose processes all end with it). Without
+bubblewrap, grade.py refuses to run submission code unless told --no-sandbox. It is never
+imported into the grader. The child only reports what the dataset
 returned; the properties are judged here, on that plain data.
 
 The corpus is made up here from a seed (never wiki.txt, so a dataset that special-cases the real
@@ -104,9 +109,46 @@ def _limit_files():
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-def run_probe(src, sandbox, request, wall_seconds=DEFAULTS['wall_seconds']):
+class NoSandbox(Exception):
+    """bubblewrap cannot run here: why, in a sentence."""
+
+
+def sandbox_problem():
+    """None when bubblewrap runs here, else why not (missing, or refused by the kernel)."""
+    bwrap = shutil.which('bwrap')
+    if bwrap is None:
+        return 'bubblewrap (bwrap) is not installed (Debian: apt-get install bubblewrap)'
+    probe = subprocess.run(sandbox_command(['/bin/true'], '/'), capture_output=True, text=True)
+    if probe.returncode != 0:
+        return f'bubblewrap cannot start a sandbox here ({probe.stderr.strip()[:200]})'
+    return None
+
+
+def sandbox_command(argv, folder):
+    """argv run under bubblewrap: new PID, mount, network, IPC, UTS, cgroup and user namespaces;
+    read-only the system's programs and libraries, this interpreter (its virtualenv and base
+    installation) and the probe; writable `folder` only (also the working directory: TMPDIR and
+    HOME point there); a /proc of its own; killed with its parent, in a session of its own."""
+    cmd = ['bwrap', '--unshare-all', '--die-with-parent', '--new-session',
+           '--proc', '/proc', '--dev', '/dev']
+    for top in ('/bin', '/lib', '/lib64', '/lib32', '/sbin'):
+        if os.path.islink(top):  # merged /usr: /bin -> usr/bin
+            cmd += ['--symlink', os.readlink(top), top]
+        elif os.path.isdir(top):
+            cmd += ['--ro-bind', top, top]
+    for path in sorted({'/usr', '/etc/ld.so.cache', sys.prefix, sys.base_prefix, PROBE}):
+        if os.path.exists(path):
+            cmd += ['--ro-bind', path, path]
+    if folder != '/':
+        cmd += ['--bind', folder, folder, '--chdir', folder]
+    # the root bubblewrap builds (with the folders above the mounts) read-only too
+    return cmd + ['--remount-ro', '/', '--'] + argv
+
+
+def run_probe(src, sandbox, request, wall_seconds=DEFAULTS['wall_seconds'], isolate=True):
     """(report, None) from dataset_probe.py run on a copy of `src` in the folder `sandbox`, or
-    (None, why it gave none)."""
+    (None, why it gave none). isolate: under bubblewrap (sandbox_command); False runs it as
+    the grader's user, with the limits above only (grade.py --no-sandbox)."""
     os.makedirs(sandbox)
     shutil.copytree(src, os.path.join(sandbox, 'src'), symlinks=True,
                     ignore=shutil.ignore_patterns('__pycache__'))
@@ -114,7 +156,10 @@ def run_probe(src, sandbox, request, wall_seconds=DEFAULTS['wall_seconds']):
         json.dump(request, f)
     env = {'PATH': '/usr/bin:/bin', 'HOME': sandbox, 'TMPDIR': sandbox, 'LANG': 'C.UTF-8',
            'LC_ALL': 'C.UTF-8', 'OMP_NUM_THREADS': '1', 'MKL_NUM_THREADS': '1'}
-    proc = subprocess.Popen([sys.executable, '-I', '-B', PROBE, 'request.json'], cwd=sandbox,
+    argv = [sys.executable, '-I', '-B', PROBE, 'request.json']
+    if isolate:
+        argv = sandbox_command(argv, os.path.abspath(sandbox))
+    proc = subprocess.Popen(argv, cwd=sandbox,
                             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, start_new_session=True,
                             preexec_fn=_limit_files)

@@ -122,3 +122,63 @@ def test_without_bubblewrap_the_grader_refuses_unless_told(tmp_path, monkeypatch
     grade.check_args(args)  # told: no error
     args = grade.parse_args(['sub', '--data_dir', str(tmp_path), '--skip', 'dataset'])
     grade.check_args(args)  # no submission code runs: nothing to refuse
+
+
+# ---- the report the child writes is checked, never trusted ---------------------------------------
+
+def real_report(request):
+    """What the probe reports for the project's own (correct) dataset.py, as the grader reads it
+    (through JSON)."""
+    import importlib.util
+    import json
+    import dataset_probe
+    spec = importlib.util.spec_from_file_location('real_dataset', os.path.join(REPO, 'src', 'dataset.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return json.loads(json.dumps(dataset_probe.draw(request, module)))
+
+
+FORGER = '''import json, os
+os.write(3, json.dumps({report!r}).encode())  # the probe's report descriptor
+os._exit(0)
+'''
+
+
+@pytest.mark.parametrize('forgery', ['two draws', 'reordered', 'another document'])
+def test_a_report_the_submission_writes_itself_is_its_failure(tmp_path, forgery):
+    """A dataset.py that cannot even build its class writes a report of correct draws (taken
+    from a correct dataset) on the probe's descriptor and exits: every property fails, with the
+    reason (before, two draws gave 10/10)."""
+    import json
+    request, _, _ = spec_check.request_for(draws=spec_check.MIN_DRAWS)
+    report = real_report(request)
+    assert spec_check.report_problem(report, request) is None  # the honest report passes
+    if forgery == 'two draws':
+        report['draws'] = report['draws'][:2]
+    elif forgery == 'reordered':
+        report['draws'] = report['draws'][::-1]
+    else:
+        first = request['draws'][0]
+        report['draws'][0][0] = first + 1 if first + 1 < 300 else first - 1
+    src = tmp_path / 'src'
+    src.mkdir()
+    (src / 'dataset.py').write_text(FORGER.format(report=report))
+    got, why = spec_check.run_probe(str(src), str(tmp_path / 'sandbox'), request,
+                                    isolate=PROBLEM is None)
+    assert got is None and 'not the probe\'s' in why, why
+
+
+@pytest.mark.parametrize('change', [
+    lambda r: r.update(stoi='abc'),
+    lambda r: r.update(vocab_size='10'),
+    lambda r: r['draws'].__setitem__(5, [r['draws'][5][0], ['torch.int64', [127], ['a']], None]),
+    lambda r: r['draws'].__setitem__(5, [10 ** 9, 'error']),
+    lambda r: r['draws'].__setitem__(5, [r['draws'][5][0], True]),
+    lambda r: r.update(names=[[7, None, None]]),
+    lambda r: r.update(error=['not', 'text']),
+], ids=['stoi', 'vocab_size', 'ids', 'index', 'draw', 'names', 'error'])
+def test_a_malformed_report_is_named_not_a_grader_error(change):
+    request, docs, pairs = spec_check.request_for(draws=spec_check.MIN_DRAWS)
+    report = real_report(request)
+    change(report)
+    assert spec_check.report_problem(report, request) is not None

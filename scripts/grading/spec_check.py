@@ -201,7 +201,67 @@ def run_probe(src, sandbox, request, wall_seconds=DEFAULTS['wall_seconds'], isol
     except ValueError:
         return None, 'dataset.py\'s run gave an unreadable report (did it write to stdout\'s ' \
                      'descriptor itself?)'
+    problem = report_problem(report, request)
+    if problem is not None:
+        return None, f'dataset.py\'s run gave a report that is not the probe\'s ({problem}): ' \
+                     'did it write the report itself?'
     return report, None
+
+
+def _is_int(v):
+    return type(v) is int
+
+
+def _tensor_problem(t):
+    """None when t is as_ids' [dtype, shape, ids] (or [type name, None, None])."""
+    if not (isinstance(t, list) and len(t) == 3 and isinstance(t[0], str)):
+        return 'not [dtype, shape, ids]'
+    if t[1] is None and t[2] is None:
+        return None
+    if not (isinstance(t[1], list) and all(_is_int(n) and n >= 0 for n in t[1])
+            and isinstance(t[2], list) and all(_is_int(i) for i in t[2])):
+        return 'a shape or ids that are not whole numbers'
+    return None
+
+
+def report_problem(report, request):
+    """None when `report` has the form dataset_probe.draw writes and holds exactly the draws
+    asked for, in the order asked; else the first deviation, in a phrase. The child writes the
+    report, so nothing in it is trusted: a report that skips draws, reorders them or is shaped
+    otherwise is the submission's failure, never the grader's error."""
+    if 'error' in report:
+        return None if isinstance(report['error'], str) else 'an error that is not text'
+    if not (isinstance(report.get('stoi'), list) and all(
+            isinstance(e, list) and len(e) == 2 and isinstance(e[0], str) and _is_int(e[1])
+            for e in report['stoi'])):
+        return 'stoi is not a list of [character, id]'
+    if not (isinstance(report.get('itos'), list) and all(
+            isinstance(e, list) and len(e) == 2 and _is_int(e[0]) and isinstance(e[1], str)
+            for e in report['itos'])):
+        return 'itos is not a list of [id, character]'
+    if not _is_int(report.get('vocab_size')):
+        return 'vocab_size is not a whole number'
+    draws, asked = report.get('draws'), request['draws']
+    if not isinstance(draws, list) or len(draws) != len(asked):
+        return f'{len(draws) if isinstance(draws, list) else "no"} draws, {len(asked)} asked for'
+    for k, (d, idx) in enumerate(zip(draws, asked)):
+        if not (isinstance(d, list) and d and d[0] == idx and _is_int(d[0])):
+            return f'draw {k} is not of document {idx}, as asked'
+        if len(d) == 2 and isinstance(d[1], str):
+            continue
+        why = 'not [index, x, y]' if len(d) != 3 else _tensor_problem(d[1]) or _tensor_problem(d[2])
+        if why:
+            return f'draw {k}: {why}'
+    if 'names_error' in report:
+        return None if isinstance(report['names_error'], str) else 'a NameDataset error that is not text'
+    names = report.get('names')
+    if not isinstance(names, list) or not _is_int(report.get('names_length')):
+        return 'no NameDataset items'
+    for k, item in enumerate(names):
+        if not (isinstance(item, list) and len(item) == 3 and item[0] == k
+                and not _tensor_problem(item[1]) and not _tensor_problem(item[2])):
+            return f'NameDataset item {k} is not [index, x, y] of item {k}'
+    return None
 
 
 def _short(text, n=90):

@@ -25,6 +25,7 @@ import csv
 import io
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -379,15 +380,24 @@ def summary(r):
             f'{len(r["dataset"])}; {len(r["errors"])} error(s)')
 
 
+CONTROL = re.compile('[\x00-\x1f\x7f\u2028\u2029]')
+
+
+def md(value):
+    """A value for one line of report.md: control characters (a newline in a crafted file name
+    or exception) escaped, so that no value can start a line of its own."""
+    return CONTROL.sub(lambda m: repr(m.group())[1:-1], str(value))
+
+
 def report_md(results):
     out = ['# Grading report', '']
     for r in results:
-        out += [f'## {r["submission"]}', '']
+        out += [f'## {md(r["submission"])}', '']
         if r['edition'] is not None:
             out.append(f'- edition: {r["edition"]} ({r["handout"]} handout)')
         out.append(f'- layout: {"ok" if r["layout_ok"] else "incomplete"}')
         if r['extra_files']:
-            out.append(f'- extra files: {", ".join(r["extra_files"][:20])}')
+            out.append(f'- extra files: {md(", ".join(r["extra_files"][:20]))}')
         for name, value in r['accuracy'].items():
             out.append(f'- {name}: {value:g}%')
         for name, ok in r['thresholds'].items():
@@ -400,16 +410,16 @@ def report_md(results):
             out.append(f'- {name}: {"loads" if status == "ok" else status}')
         for name, frac in r['reproduced'].items():
             out.append(f'- {name} reproduced: {frac:.2%}'
-                       + ''.join(f'\n  - {d}' for d in r['differences'].get(name, [])))
+                       + ''.join(f'\n  - {md(d)}' for d in r['differences'].get(name, [])))
         for name, ok in r['dataset'].items():
             out.append(f'- dataset {name}: {"not judged" if ok is None else "pass" if ok else "FAIL"} '
-                       f'({r["dataset_details"][name]})')
+                       f'({md(r["dataset_details"][name])})')
         for e in r['errors']:
-            out.append(f'- error: {e}')
+            out.append(f'- error: {md(e)}')
         for w in r['warnings']:
-            out.append(f'- warning: {w}')
+            out.append(f'- warning: {md(w)}')
         for n in r['notes']:
-            out.append(f'- note: {n}')
+            out.append(f'- note: {md(n)}')
         out.append('')
     return '\n'.join(out)
 
@@ -435,8 +445,10 @@ def report_csv(results):
 
 
 def write_text(path, text):
+    # a file name that is not UTF-8 (a lone surrogate in Python) is written as its escape (in
+    # JSON, a valid \udcXX), not lost with the whole file
     def write(tmp):
-        with open(tmp, 'w', encoding='utf-8', newline='') as f:
+        with open(tmp, 'w', encoding='utf-8', errors='backslashreplace', newline='') as f:
             f.write(text)
     utils.atomic_write(path, write)
 

@@ -2,8 +2,10 @@
 grader owns, or refused with one reason. Standard library only.
 
 Refused: a file that is not a readable zip, entries whose names leave the folder ('..', absolute
-paths, drive letters), symbolic links and other non-regular files, more entries or more bytes
-than any real submission has (a zip bomb: counted while inflating, whatever the zip declares).
+paths, drive letters), symbolic links and other non-regular files, more entries, more bytes,
+deeper folders or longer names than any real submission has (a zip bomb: counted while
+inflating, whatever the zip declares), and a name that appears twice. Names in the reasons are
+escaped (repr) and cut short: a crafted name cannot forge a line of the report.
 """
 import os
 import re
@@ -14,6 +16,8 @@ import zlib
 
 MAX_BYTES = 512 << 20  # a complete submission is about 70 MB (four params files and wiki.txt)
 MAX_FILES = 5000
+MAX_DEPTH = 32  # folders inside one another (a submission has 3: folder/src/__pycache__)
+MAX_NAME = 512  # characters in an entry's path
 
 
 class Refused(Exception):
@@ -38,12 +42,21 @@ def unpack(path, dest):
     return root
 
 
+def shown(name, n=80):
+    """A stranger's file name for a message: escaped, and cut to about n characters."""
+    text = repr(name)
+    return text if len(text) <= n else text[:n - 5] + '...' + text[-2:]
+
+
 def _entry_problem(name):
     parts = name.replace('\\', '/').split('/')
     if name.startswith(('/', '\\')) or re.match(r'^[A-Za-z]:', name) or '..' in parts:
-        return f'entry {name!r} points outside the submission'
+        return f'entry {shown(name)} points outside the submission'
     if '\0' in name:
-        return f'entry {name!r} has a NUL in its name'
+        return f'entry {shown(name)} has a NUL in its name'
+    if len(parts) > MAX_DEPTH or len(name) > MAX_NAME:
+        return (f'entry {shown(name)} is {len(parts) - 1} folders deep, {len(name)} characters '
+                f'long: beyond any submission (at most {MAX_DEPTH} folders, {MAX_NAME} characters)')
     return None
 
 
@@ -61,13 +74,18 @@ def _extract_zip(path, dest):
         if declared > MAX_BYTES:
             raise Refused(f'the zip unpacks to {declared / 2**20:,.0f} MiB, far beyond a '
                           f'submission (limit {MAX_BYTES >> 20} MiB): refused unopened')
+        names = set()
         for info in infos:
             problem = _entry_problem(info.filename)
+            key = info.filename.replace('\\', '/').rstrip('/')
+            if problem is None and key in names:
+                problem = f'entry {shown(info.filename)} appears twice in the zip'
+            names.add(key)
             kind = stat.S_IFMT(info.external_attr >> 16)
             if problem is None and kind == stat.S_IFLNK:
-                problem = f'entry {info.filename!r} is a symbolic link'
+                problem = f'entry {shown(info.filename)} is a symbolic link'
             elif problem is None and kind not in (0, stat.S_IFREG, stat.S_IFDIR):
-                problem = f'entry {info.filename!r} is not a regular file'
+                problem = f'entry {shown(info.filename)} is not a regular file'
             if problem is not None:
                 raise Refused(problem)
         os.makedirs(dest)
@@ -88,8 +106,8 @@ def _extract_zip(path, dest):
                         out.write(chunk)
             except (zipfile.BadZipFile, zlib.error, EOFError, RuntimeError,
                     NotImplementedError, OSError) as e:
-                raise Refused(f'corrupt zip: entry {info.filename!r} cannot be read '
-                              f'({type(e).__name__}: {e})')
+                raise Refused(f'corrupt zip: entry {shown(info.filename)} cannot be read '
+                              f'({type(e).__name__}: {str(e)[:200]!r})')
 
 
 def _copy_folder(path, dest):
@@ -97,14 +115,17 @@ def _copy_folder(path, dest):
     count = size = 0
     for root, dirs, files in os.walk(path):
         rel = os.path.relpath(root, path)
+        if rel.count(os.sep) + 1 > MAX_DEPTH or len(rel) > MAX_NAME:
+            raise Refused(f'{shown(rel)} is more than {MAX_DEPTH} folders deep or {MAX_NAME} '
+                          'characters long: beyond any submission')
         for name in dirs + files:
             full = os.path.join(root, name)
             mode = os.lstat(full).st_mode
-            shown = os.path.normpath(os.path.join(rel, name))
+            where = shown(os.path.normpath(os.path.join(rel, name)))
             if stat.S_ISLNK(mode):
-                raise Refused(f'{shown} is a symbolic link')
+                raise Refused(f'{where} is a symbolic link')
             if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
-                raise Refused(f'{shown} is not a regular file')
+                raise Refused(f'{where} is not a regular file')
         os.makedirs(os.path.join(dest, rel), exist_ok=True)
         for name in files:
             count += 1

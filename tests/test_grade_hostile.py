@@ -1,0 +1,93 @@
+"""Submissions crafted against the grader's unpacking and reports (the issue "The grader holds
+against a hostile class", wanted 3): each is one row with its reason, the run goes on to the
+next submission, and names of any bytes reach --json, --out's report.md and report.csv escaped,
+never forging a line. The checks that run code are skipped here (--skip): this is about what
+the grader reads and writes itself."""
+import json
+import os
+import sys
+import zipfile
+
+import pytest
+
+from conftest import REPO
+
+sys.path.insert(0, os.path.join(REPO, 'scripts', 'grading'))
+import grade  # noqa: E402
+import unpack  # noqa: E402
+
+
+def grade_rows(tmp_path, *submissions):
+    """grade.main over the submissions, code-running checks skipped: (status, rows, report.md)."""
+    out, results = tmp_path / 'reports', tmp_path / 'grades.json'
+    status = grade.main([str(s) for s in submissions] + [
+        '--data_dir', os.path.join(REPO, 'data'), '--edition', 'synthesizer', '--skip', 'reproduction', '--skip', 'dataset',
+        '--json', str(results), '--out', str(out)])
+    return status, json.loads(results.read_text(encoding='utf-8')), \
+        (out / 'report.md').read_text(encoding='utf-8')
+
+
+def honest(tmp_path):
+    folder = tmp_path / 'honest'
+    (folder / 'src').mkdir(parents=True)
+    (folder / 'src' / 'dataset.py').write_text('x = 1\n')
+    return folder
+
+
+def zipped(path, entries):
+    with zipfile.ZipFile(path, 'w') as z:
+        for name, data in entries:
+            z.writestr(name, data)
+    return path
+
+
+@pytest.mark.parametrize('kind', ['zip', 'folder'])
+def test_a_deep_tree_is_one_row_and_the_run_goes_on(tmp_path, kind):
+    """1,200 nested folders ended the run with a RecursionError (zip) or could (folder)."""
+    if kind == 'zip':
+        deep = zipped(tmp_path / 'deep.zip', [('/'.join(['d'] * 1200) + '/f.txt', 'x')])
+    else:
+        deep = tmp_path / 'deep'
+        path = str(deep)
+        for _ in range(40):  # past MAX_DEPTH, within what the file system allows
+            path = os.path.join(path, 'd')
+        os.makedirs(path)
+    status, rows, report = grade_rows(tmp_path, deep, honest(tmp_path))
+    assert status == 0 and len(rows) == 2
+    (why,) = rows[0]['errors']
+    assert 'folders deep' in why and len(why) < 400, why
+    assert rows[1]['submission'].endswith('honest') and rows[1]['errors'] == [] or \
+        all('folders deep' not in e for e in rows[1]['errors'])
+
+
+@pytest.mark.filterwarnings('ignore:Duplicate name')  # zipfile's, while the test builds it
+def test_an_entry_named_twice_is_refused(tmp_path):
+    twice = zipped(tmp_path / 'twice.zip', [('src/dataset.py', 'a = 1\n'), ('src/dataset.py', 'b = 2\n')])
+    with pytest.raises(unpack.Refused, match='appears twice'):
+        unpack.unpack(str(twice), str(tmp_path / 'open'))
+
+
+def test_a_newline_in_a_name_forges_no_line_of_the_report(tmp_path):
+    forged = zipped(tmp_path / 'forged.zip', [
+        ('src/dataset.py', 'x = 1\n'),
+        ('a\n## 10/10 forged\n- threshold vanilla: pass.txt', 'y'),
+        ('..\n- error: none/evil.py', 'z')])
+    status, rows, report = grade_rows(tmp_path, forged)
+    assert status == 0
+    lines = report.split('\n')
+    assert not any(line.startswith(('## 10/10', '- threshold vanilla: pass.txt', '- error: none'))
+                   for line in lines), report
+    assert any('\n' in f for f in rows[0]['extra_files'])  # the names as they are, in the JSON
+    assert '\\n## 10/10 forged\\n' in report  # and escaped in report.md
+
+
+def test_a_name_that_is_not_utf8_reaches_every_output(tmp_path):
+    """A file name of raw bytes (a lone surrogate in Python) lost the --json and --out writes."""
+    folder = honest(tmp_path)
+    name = os.fsdecode(b'notes-\xff\xfe.txt')
+    (folder / name).write_text('hello')
+    status, rows, report = grade_rows(tmp_path, folder)
+    assert status == 0 and len(rows) == 1
+    assert any('notes-' in f for f in rows[0]['extra_files'])
+    assert 'notes-' in report
+    assert 'honest' in (tmp_path / 'reports' / 'report.csv').read_text(encoding='utf-8')

@@ -478,3 +478,32 @@ def test_a_missing_predictions_file_reads_missing_in_thresholds(built, tmp_path)
                                'synthesizer.pretrain.test >= 5%': 'missing'}
     md = (tmp_path / 'rep' / 'report.md').read_text()
     assert '- threshold synthesizer.pretrain.test >= 5%: missing' in md
+
+
+@pytest.mark.parametrize('value', ['nan', 'inf', '-inf'])
+def test_a_london_file_that_is_not_a_finite_number_is_an_error(built, tmp_path, value):
+    folder = tmp_path / 'sub'
+    shutil.copytree(built['rope'], folder)
+    (folder / 'london_baseline_accuracy.txt').write_text(value + '\n')  # float() reads these
+    _, [r] = grade_all(built, tmp_path, folder, extra=['--skip', 'dataset', '--skip', 'reproduction'])
+    assert r['errors'] == ['london_baseline_accuracy.txt: not one number']
+
+
+def test_each_run_draws_a_fresh_corpus_recorded_and_repeatable(built, tmp_path, capsys):
+    """No --seed: a fresh seed per run (a dataset keyed on a known corpus gains nothing),
+    printed and in every row; --seed with it repeats the run's figures."""
+    folder = tmp_path / 'bare'
+    (folder / 'src').mkdir(parents=True)
+    (folder / 'src' / 'dataset.py').write_text(student_datasets.source(length=128))
+    rows = []
+    for extra in ([], [], None):
+        if extra is None:
+            extra = ['--seed', str(rows[0]['dataset_seed'])]
+        _, [r] = grade_all(built, tmp_path, folder, extra=extra)
+        rows.append(r)
+    seeds = [r['dataset_seed'] for r in rows]
+    assert seeds[0] != seeds[1] and seeds[2] == seeds[0]
+    err = capsys.readouterr().err
+    assert f'dataset check: corpus and draws from seed {seeds[0]} (--seed {seeds[0]} repeats them)' in err
+    assert rows[2]['dataset_details'] == rows[0]['dataset_details']
+    assert rows[0]['dataset_details'] != rows[1]['dataset_details']

@@ -24,7 +24,9 @@ import contextlib
 import csv
 import io
 import json
+import math
 import os
+import random
 import re
 import shutil
 import sys
@@ -109,7 +111,7 @@ class Grader:
         return gpt, run.describe_model(cmd)
 
     def request(self):
-        """What the dataset check asks of every submission (made once)."""
+        """What the dataset check asks of every submission (made once per run, from --seed)."""
         if self.probe_request is None:
             a = self.args
             self.probe_request = spec_check.request_for(
@@ -206,6 +208,8 @@ class Grader:
                 raise ValueError
             with open(path, 'rb') as f:
                 value = float(f.read().decode('utf-8').strip())
+            if not math.isfinite(value):  # float() reads 'nan' and 'inf' too
+                raise ValueError
         except (ValueError, UnicodeDecodeError):
             r['errors'].append(f'{name}: not one number')
             return
@@ -329,6 +333,7 @@ class Grader:
                                                      self.args.masked_band)
         r['warnings'] += warnings
         r['dataset'] = {p: ok for p, (ok, _) in results.items()}
+        r['dataset_seed'] = self.args.seed
         r['dataset_details'] = {p: detail for p, (_, detail) in results.items()}
 
 
@@ -336,7 +341,7 @@ def empty_result(path):
     """A submission's result before any check (the keys of --json, README)."""
     return dict(submission=path, edition=None, handout=None, layout_ok=False, errors=[],
                 warnings=[], notes=[], extra_files=[], accuracy={}, thresholds={}, params={},
-                reproduced={}, differences={}, dataset={}, dataset_details={})
+                reproduced={}, differences={}, dataset={}, dataset_details={}, dataset_seed=None)
 
 
 def _data_file(folder, name):
@@ -411,6 +416,8 @@ def report_md(results):
         for name, frac in r['reproduced'].items():
             out.append(f'- {name} reproduced: {frac:.2%}'
                        + ''.join(f'\n  - {md(d)}' for d in r['differences'].get(name, [])))
+        if r['dataset_seed'] is not None:
+            out.append(f'- dataset check seed: {r["dataset_seed"]}')
         for name, ok in r['dataset'].items():
             out.append(f'- dataset {name}: {"not judged" if ok is None else "pass" if ok else "FAIL"} '
                        f'({md(r["dataset_details"][name])})')
@@ -478,8 +485,9 @@ def parse_args(argv=None):
     checks = ap.add_argument_group('the dataset check')
     checks.add_argument('--draws', type=int, default=spec_check.DEFAULTS['draws'],
                         help='examples drawn from the CharCorruptionDataset (default %(default)s)')
-    checks.add_argument('--seed', type=int, default=spec_check.DEFAULTS['seed'],
-                        help='seed of the made-up corpus and of the draws')
+    checks.add_argument('--seed', type=int, default=None,
+                        help='seed of the made-up corpus and of the draws (default: a fresh one '
+                             'each run, printed and recorded in every row; give it to repeat a run)')
     checks.add_argument('--masked_band', type=float, default=spec_check.DEFAULTS['masked_band'],
                         help='characters the mean masked length may stray from a quarter of the '
                              'truncated length (default %(default)s)')
@@ -534,6 +542,9 @@ def check_args(args):
 
 def main(argv=None):
     args = parse_args(argv)
+    fresh = args.seed is None
+    if fresh:  # a fresh corpus each run: nothing can be keyed on a known one
+        args.seed = random.SystemRandom().randrange(2 ** 31)
     try:
         check_args(args)
         found = find_submissions(args.submissions)
@@ -541,6 +552,9 @@ def main(argv=None):
     except UsageError as e:
         print(f'error: {e}', file=sys.stderr)
         return 2
+    if fresh and 'dataset' not in args.skip:
+        print(f'dataset check: corpus and draws from seed {args.seed} (--seed {args.seed} '
+              'repeats them)', file=sys.stderr)
     results, failed = [], 0
     with tempfile.TemporaryDirectory(prefix='grade-') as tmp:
         for i, path in enumerate(tqdm(found, desc='grading', unit='submission', file=sys.stderr)):

@@ -184,12 +184,15 @@ def run_probe(src, sandbox, request, wall_seconds=DEFAULTS['wall_seconds'], isol
             pass
         proc.wait()
         reader.join(timeout=10)
-    if why is None and proc.returncode != 0:
+    code = proc.returncode
+    if isolate and code > 128:  # bubblewrap exits with 128 + the signal that ended the child
+        code = 128 - code
+    if why is None and code != 0:
         why = {-signal.SIGXCPU: f'used more than {request["cpu_seconds"]} s of CPU time (an '
                                 'endless loop?)',
                -signal.SIGXFSZ: f'wrote a file larger than {FILE_CAP >> 20} MiB',
                -signal.SIGKILL: 'was killed (out of memory?)'}.get(
-            proc.returncode, f'ended with exit status {proc.returncode} before its report')
+            code, f'ended with exit status {code} before its report')
     if why is None and size[0] > REPORT_CAP:
         why = f'wrote more than {REPORT_CAP >> 20} MiB where the report goes'
     if why is not None:

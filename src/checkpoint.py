@@ -102,10 +102,16 @@ class Resumable:
             # onto the CPU: the random states must stay CPU byte tensors (set_rng_state takes no
             # other); the model and the optimizer copy their tensors to the device themselves
             state = torch.load(path, map_location='cpu', weights_only=True)
-            trainer.model.load_state_dict(state['model'])
+            mismatch = _mismatch(state['model'], trainer.model.state_dict())
+            if mismatch is None:
+                trainer.model.load_state_dict(state['model'])
         except Exception as e:
+            first = str(e).splitlines()[0][:120] if str(e) else ''
             raise UsageError(f'--resume: cannot read the checkpoint {path} '
-                             f'({type(e).__name__}: {str(e)[:120]})')
+                             f'({type(e).__name__}: {first})')
+        if mismatch is not None:
+            raise UsageError(f'--resume: {path} was written for another model ({mismatch}: '
+                             'another corpus, variant or --preset?)')
         if state['batch_size'] != config.batch_size:
             raise UsageError(f'--resume: {path} was written with batch size {state["batch_size"]}, '
                              f'this run has {config.batch_size}')
@@ -123,3 +129,15 @@ class Resumable:
                   f'has {distributed.world()}: dropout draws will differ from an uninterrupted run')
         set_random_states(randoms[min(rank, len(randoms) - 1)], trainer.device)
         trainer.start_epoch, trainer.start_it = state['epoch'], state['it']
+
+
+def _mismatch(saved, expected):
+    """The first difference between a checkpoint's model state and this run's model, in a
+    phrase, or None."""
+    for key in sorted(set(saved) | set(expected)):
+        if key not in saved or key not in expected:
+            return f'{key} only {"here" if key in expected else "in the checkpoint"}'
+        a, b = tuple(saved[key].shape), tuple(expected[key].shape)
+        if a != b:
+            return f'{key} is {"x".join(map(str, a))} there, {"x".join(map(str, b))} here'
+    return None

@@ -3,6 +3,8 @@ the finetuning questions, the evaluation questions, a params file, and the folde
 go to. Each problem is a UsageError naming the file or flag and what is wrong (run.py prints it
 as one `error:` line and exits 2), raised before anything is trained or written."""
 import os
+import pickle
+import re
 import sys
 
 import torch
@@ -169,9 +171,15 @@ def read_state(path, device='cpu'):
         raise ParamsProblem('file not found')
     try:
         state = torch.load(path, map_location=device, weights_only=True)
-    except Exception as e:  # not a torch file, truncated, or not a plain state_dict
-        raise ParamsProblem(f'not a readable params file ({type(e).__name__}: '
-                            f'{str(e).splitlines()[0][:120] if str(e) else ""})')
+    except pickle.UnpicklingError as e:
+        if 'Unsupported global' not in str(e):  # not a pickle weights_only refused: not a pickle
+            raise ParamsProblem('not a readable params file (not a torch.save file of tensors)')
+        # weights_only refused it; torch's message is a page of advice: say it in a line
+        raise ParamsProblem('holds Python objects, not only tensors: refused unread (a params '
+                            'file is data; loading this one could run code)')
+    except Exception as e:  # not a torch file, truncated
+        first = re.sub(r'\x1b\[[0-9;]*m', '', str(e)).splitlines()[0][:120] if str(e) else ''
+        raise ParamsProblem(f'not a readable params file ({type(e).__name__}: {first})')
     if isinstance(state, dict) and {'model', 'optimizer', 'epoch'} <= set(state):
         raise ParamsProblem('is a --resume checkpoint, not a params file: continue that run with '
                             '--resume, or read its finished params')

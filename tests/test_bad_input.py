@@ -17,11 +17,12 @@ import pytest
 import torch
 
 import dataset
+import model
 import run
 import utils
 
 from conftest import RUN
-from tiny_run import FAST, ENV, CORPUS, TRAIN, DEV, OLD_PARAMS, OLD_PREDICTIONS, tsv, tiny_gpt
+from tiny_run import FAST, ENV, CORPUS, VOCAB, TRAIN, DEV, OLD_PARAMS, OLD_PREDICTIONS, tsv, tiny_gpt
 
 
 @pytest.fixture(scope='module')
@@ -60,6 +61,9 @@ def ws(tmp_path_factory):
     torch.save(gpt, d / 'module.params')  # a pickled module: code, which weights_only refuses
     torch.save({'model': gpt.state_dict(), 'optimizer': {}, 'epoch': 1, 'it': 0},
                d / 'resume.params.ckpt')
+    other = model.GPT(model.GPTConfig(VOCAB + 3, 128, n_layer=4, n_head=8, n_embd=256))
+    torch.save({'model': other.state_dict(), 'optimizer': {}, 'epoch': 1, 'it': 0},
+               d / 'adir' / 'vocab.params.ckpt')  # a checkpoint of a run on another corpus
     return d
 
 
@@ -167,7 +171,7 @@ BAD_INPUT = {
                          ['truncated.params', 'not a readable params file']),
     'params-pickled-module': (['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path',
                                'module.params', '--eval_corpus_path', 'dev.tsv'] + EV,
-                              ['module.params', 'not a readable params file']),
+                              ['module.params', 'holds Python objects, not only tensors']),
     'params-resume-checkpoint': (['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path',
                                   'resume.params.ckpt', '--eval_corpus_path', 'dev.tsv'] + EV,
                                  ['resume.params.ckpt', '--resume checkpoint']),
@@ -264,6 +268,11 @@ BAD_INPUT = {
     'unknown-variant': (['pretrain', 'vanila', 'corpus.txt'] + PT, ["'vanila'", 'invalid choice']),
     'resume-without-checkpoint': (['pretrain', 'vanilla', 'corpus.txt', '--resume'] + PT,
                                   ['--resume', 'old.params.ckpt']),
+    # before: torch's two-line size mismatch
+    'resume-another-vocabulary': (['pretrain', 'vanilla', 'corpus.txt', '--resume',
+                                   '--writing_params_path', 'adir/vocab.params'] + FAST,
+                                  ['--resume', 'vocab.params.ckpt', 'written for another model',
+                                   'head.weight is']),
     'time-budget-zero': (['pretrain', 'vanilla', 'corpus.txt', '--time_budget', '0'] + PT,
                          ['--time_budget', 'positive', 'not 0']),
     'time-budget-negative': (['finetune', 'vanilla', 'corpus.txt', '--finetune_corpus_path',

@@ -252,7 +252,7 @@ def test_hostile_submissions_are_rows_with_reasons(built, tmp_path, monkeypatch)
     assert 'not a readable zip' in rows['corrupt']['errors'][0]
     assert 'far beyond a submission' in rows['bomb']['errors'][0]
     assert any('1,000,000 lines' in e or 'bytes, far more' in e for e in rows['million']['errors'])
-    assert any(e.startswith('vanilla.model.params: not a readable params file')
+    assert any(e.startswith('vanilla.model.params: holds Python objects, not only tensors')
                for e in rows['pickle']['errors'])
     assert not marker.exists()  # nothing of the pickle ran
     assert 'CPU time' in rows['loop']['dataset_details']['vocab']

@@ -364,6 +364,7 @@ def tb_scalars(folder, tag):
 # it). Linux names the threads in /proc/self/task; elsewhere the list stays empty.
 TORCHRUN_DRIVER = """
 import atexit, os
+import run
 
 def gloo_threads():
     tasks = '/proc/self/task'
@@ -406,7 +407,7 @@ def test_torchrun_two_cpu_processes_match_one(one_epoch_runs, torchrun_run):
     single = one_epoch_runs['default']
     d, before, proc = torchrun_run
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert set(os.listdir(d)) - before == {'pt.params', 'expt'}
+    assert set(os.listdir(d)) - before == {'pt.params', 'pt.params.run.json', 'expt'}
     for tag in ('train/loss', 'train/lr'):
         one, two = tb_scalars(single, tag), tb_scalars(d, tag)
         assert [s for s, _ in one] == [s for s, _ in two] == list(range(5))

@@ -12,7 +12,7 @@ import torch
 
 import distributed
 from devices import random_states, set_random_states
-from utils import UsageError, atomic_write
+from utils import UsageError, atomic_write, state_difference
 
 
 class TrainingInterrupted(Exception):
@@ -102,7 +102,8 @@ class Resumable:
             # onto the CPU: the random states must stay CPU byte tensors (set_rng_state takes no
             # other); the model and the optimizer copy their tensors to the device themselves
             state = torch.load(path, map_location='cpu', weights_only=True)
-            mismatch = _mismatch(state['model'], trainer.model.state_dict())
+            mismatch = state_difference(state['model'], trainer.model.state_dict(),
+                                        'in the checkpoint')
             if mismatch is None:
                 trainer.model.load_state_dict(state['model'])
         except Exception as e:
@@ -129,15 +130,3 @@ class Resumable:
                   f'has {distributed.world()}: dropout draws will differ from an uninterrupted run')
         set_random_states(randoms[min(rank, len(randoms) - 1)], trainer.device)
         trainer.start_epoch, trainer.start_it = state['epoch'], state['it']
-
-
-def _mismatch(saved, expected):
-    """The first difference between a checkpoint's model state and this run's model, in a
-    phrase, or None."""
-    for key in sorted(set(saved) | set(expected)):
-        if key not in saved or key not in expected:
-            return f'{key} only {"here" if key in expected else "in the checkpoint"}'
-        a, b = tuple(saved[key].shape), tuple(expected[key].shape)
-        if a != b:
-            return f'{key} is {"x".join(map(str, a))} there, {"x".join(map(str, b))} here'
-    return None

@@ -12,7 +12,7 @@ import torch
 import dataset
 import paths
 import presets
-from utils import UsageError
+from utils import UsageError, state_difference
 
 
 def check_outputs(writes, reads):
@@ -190,9 +190,7 @@ def read_state(path, device='cpu'):
 
 def params_mismatch(gpt, state, wanted):
     """Why `state` does not load strictly into gpt (`wanted`: that model, in words), or None."""
-    expected = gpt.state_dict()
-    if set(state) == set(expected) and all(
-            tuple(state[k].shape) == tuple(v.shape) for k, v in expected.items()):
+    if state_difference(state, gpt.state_dict()) is None:
         return None
     found = describe_params(state)
     if found == wanted:  # same variant, other sizes (vocabulary, block size, widths)

@@ -167,3 +167,15 @@ def source_commit(repo=None):
     except OSError:
         pass
     return os.environ.get(COMMIT_ENV) or 'unknown'
+
+
+def state_difference(saved, expected, saved_name='there'):
+    """The first difference in keys or shapes between two state_dicts, in a phrase (`saved` is
+    "there", `expected` "here"), or None when they match."""
+    for key in sorted(set(saved) | set(expected)):
+        if key not in saved or key not in expected:
+            return f'{key} only {"here" if key in expected else saved_name}'
+        a, b = tuple(saved[key].shape), tuple(expected[key].shape)
+        if a != b:
+            return f'{key} is {"x".join(map(str, a))} there, {"x".join(map(str, b))} here'
+    return None

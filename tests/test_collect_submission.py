@@ -1,4 +1,4 @@
-"""collect_submission.sh: zips a complete submission of either edition; refuses (non-zero exit,
+"""collect_submission.sh: zips a complete submission of either handout; refuses (non-zero exit,
 the bad file named, no zip written) when a file is missing, empty or has the wrong line count.
 Runs the script in a temporary folder with fake params/predictions and data files."""
 import os
@@ -11,7 +11,7 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO, 'collect_submission.sh')
 ZIP = 'assignment5_submission.zip'
-ZIP4 = 'assignment4_submission.zip'  # the 2024-25 (rope) edition's
+ZIP4 = 'assignment4_submission.zip'  # the 2024-25 (rope) handout's
 DEV_LINES, TEST_LINES = 500, 437
 DATA = ['wiki.txt', 'birth_places_train.tsv', 'birth_dev.tsv', 'birth_test_inputs.tsv']
 # what the 2021-23 handouts' script zips of them: `zip -r ... src/ birth_dev.tsv
@@ -22,14 +22,14 @@ COMMON = ['vanilla.model.params', 'vanilla.nopretrain.dev.predictions',
           'vanilla.pretrain.dev.predictions', 'vanilla.pretrain.test.predictions']
 
 
-def edition_files(edition):
-    return [f'{edition}.finetune.params', f'{edition}.pretrain.dev.predictions',
-            f'{edition}.pretrain.test.predictions'] + (
-        ['london_baseline_accuracy.txt'] if edition == 'rope' else [])
+def handout_files(handout):
+    return [f'{handout}.finetune.params', f'{handout}.pretrain.dev.predictions',
+            f'{handout}.pretrain.test.predictions'] + (
+        ['london_baseline_accuracy.txt'] if handout == 'rope' else [])
 
 
-def zip_name(edition):
-    return ZIP4 if edition == 'rope' else ZIP
+def zip_name(handout):
+    return ZIP4 if handout == 'rope' else ZIP
 
 
 def src_members():
@@ -58,8 +58,8 @@ def make_data(folder):
     write_lines(folder / 'birth_test_inputs.tsv', TEST_LINES, 'Where was Y born?')
 
 
-def make_outputs(folder, edition):
-    for name in COMMON + edition_files(edition):
+def make_outputs(folder, handout):
+    for name in COMMON + handout_files(handout):
         path = folder / name
         if name.endswith('.params'):
             path.write_bytes(b'PK\x03\x04 fake state_dict ' + name.encode())
@@ -87,29 +87,29 @@ def workdir(tmp_path):
     return tmp_path
 
 
-@pytest.mark.parametrize('edition,explicit', [('synthesizer', False), ('synthesizer', True),
+@pytest.mark.parametrize('handout,explicit', [('synthesizer', False), ('synthesizer', True),
                                               ('perceiver', False), ('perceiver', True),
                                               ('rope', False), ('rope', True)])
-def test_complete_submission_is_zipped(workdir, edition, explicit):
+def test_complete_submission_is_zipped(workdir, handout, explicit):
     """2021-23: assignment5_submission.zip with src/, the handout's three data files and the files;
     2024-25 (rope): assignment4_submission.zip with src/, the files and
     london_baseline_accuracy.txt, no data."""
-    make_outputs(workdir, edition)
-    r = run(workdir, *(['--edition', edition] if explicit else []))
+    make_outputs(workdir, handout)
+    r = run(workdir, *(['--handout', handout] if explicit else []))
     assert r.returncode == 0, r.stdout + r.stderr
-    assert f'edition: {edition}' in r.stdout
-    zipped = zip_name(edition)
+    assert f'handout: {handout}' in r.stdout
+    zipped = zip_name(handout)
     assert leftovers(workdir) == [zipped]
-    data = ZIPPED_DATA if edition != 'rope' else []
+    data = ZIPPED_DATA if handout != 'rope' else []
     with zipfile.ZipFile(workdir / zipped) as z:
         assert z.testzip() is None
         names = set(z.namelist())
-        expected = src_members() | set(data) | set(COMMON) | set(edition_files(edition))
+        expected = src_members() | set(data) | set(COMMON) | set(handout_files(handout))
         assert names == expected
         assert 'src/run.py' in names and 'src/model.py' in names and 'src/models.py' in names
-        others = {'synthesizer', 'perceiver', 'rope'} - {edition}
+        others = {'synthesizer', 'perceiver', 'rope'} - {handout}
         assert not any(n.startswith(tuple(others)) for n in names)
-        for name in COMMON + edition_files(edition) + data:
+        for name in COMMON + handout_files(handout) + data:
             assert z.read(name) == (workdir / name).read_bytes(), name
 
 
@@ -126,43 +126,43 @@ def test_dir_and_output_flags(workdir, tmp_path_factory):
     assert not (workdir / ZIP).exists()
 
 
-@pytest.mark.parametrize('edition', ['synthesizer', 'perceiver', 'rope'])
+@pytest.mark.parametrize('handout', ['synthesizer', 'perceiver', 'rope'])
 @pytest.mark.parametrize('victim', ['vanilla.model.params', 'vanilla.pretrain.test.predictions',
                                     '{e}.finetune.params', '{e}.pretrain.dev.predictions'])
-def test_missing_file_refused(workdir, edition, victim):
-    make_outputs(workdir, edition)
-    victim = victim.format(e=edition)
+def test_missing_file_refused(workdir, handout, victim):
+    make_outputs(workdir, handout)
+    victim = victim.format(e=handout)
     os.remove(workdir / victim)
-    r = run(workdir, '--edition', edition)
+    r = run(workdir, '--handout', handout)
     assert r.returncode == 1, r.stdout + r.stderr
     assert f'{victim}: missing' in r.stderr
     assert leftovers(workdir) == []
 
 
-@pytest.mark.parametrize('edition', ['synthesizer', 'perceiver', 'rope'])
+@pytest.mark.parametrize('handout', ['synthesizer', 'perceiver', 'rope'])
 @pytest.mark.parametrize('victim', ['vanilla.finetune.params', '{e}.pretrain.test.predictions'])
-def test_empty_file_refused(workdir, edition, victim):
-    make_outputs(workdir, edition)
-    victim = victim.format(e=edition)
+def test_empty_file_refused(workdir, handout, victim):
+    make_outputs(workdir, handout)
+    victim = victim.format(e=handout)
     (workdir / victim).write_bytes(b'')
-    r = run(workdir, '--edition', edition)
+    r = run(workdir, '--handout', handout)
     assert r.returncode == 1, r.stdout + r.stderr
     assert f'{victim}: empty' in r.stderr
     assert leftovers(workdir) == []
 
 
-@pytest.mark.parametrize('edition', ['synthesizer', 'perceiver', 'rope'])
+@pytest.mark.parametrize('handout', ['synthesizer', 'perceiver', 'rope'])
 @pytest.mark.parametrize('victim,lines,want', [
     ('vanilla.nopretrain.dev.predictions', DEV_LINES - 1, DEV_LINES),
     ('{e}.pretrain.dev.predictions', DEV_LINES + 1, DEV_LINES),
     ('vanilla.pretrain.test.predictions', DEV_LINES, TEST_LINES),   # dev predictions as test
     ('{e}.pretrain.test.predictions', TEST_LINES - 1, TEST_LINES),
 ])
-def test_wrong_line_count_refused(workdir, edition, victim, lines, want):
-    make_outputs(workdir, edition)
-    victim = victim.format(e=edition)
+def test_wrong_line_count_refused(workdir, handout, victim, lines, want):
+    make_outputs(workdir, handout)
+    victim = victim.format(e=handout)
     write_lines(workdir / victim, lines)
-    r = run(workdir)  # auto-detected edition
+    r = run(workdir)  # auto-detected handout
     assert r.returncode == 1, r.stdout + r.stderr
     assert f'{victim}: {lines} lines, expected {want}' in r.stderr
     assert leftovers(workdir) == []
@@ -199,7 +199,7 @@ def test_line_counts_follow_the_tsv(workdir):
     assert f'{TEST_LINES} lines, expected 10 (one per line of birth_test_inputs.tsv)' in r.stderr
 
 
-def test_rope_edition_needs_the_london_baseline_file(workdir):
+def test_rope_handout_needs_the_london_baseline_file(workdir):
     make_outputs(workdir, 'rope')
     os.remove(workdir / 'london_baseline_accuracy.txt')
     r = run(workdir)
@@ -207,35 +207,44 @@ def test_rope_edition_needs_the_london_baseline_file(workdir):
     assert leftovers(workdir) == []
 
 
-def test_ambiguous_or_unknown_edition(workdir):
+def test_ambiguous_or_unknown_handout(workdir):
     r = run(workdir)
-    assert r.returncode == 2 and 'cannot tell the edition' in r.stderr
+    assert r.returncode == 2 and 'cannot tell the handout' in r.stderr
     make_outputs(workdir, 'synthesizer')
     make_outputs(workdir, 'perceiver')
     r = run(workdir)
-    assert r.returncode == 2 and 'ambiguous edition' in r.stderr and '--edition' in r.stderr
+    assert r.returncode == 2 and 'ambiguous handout' in r.stderr and '--handout' in r.stderr
     assert leftovers(workdir) == []
-    r = run(workdir, '--edition', 'synthesizer')
+    r = run(workdir, '--handout', 'synthesizer')
     assert r.returncode == 0, r.stderr
     with zipfile.ZipFile(workdir / ZIP) as z:
         assert not any(n.startswith('perceiver') for n in z.namelist())
 
 
+def test_edition_flag_names_the_other_word(workdir):
+    """--edition is run.py's starter-code setting (2021-23, 2024-25); here the handout is meant."""
+    make_outputs(workdir, 'rope')
+    r = run(workdir, '--edition', 'rope')
+    assert r.returncode == 2 and r.stderr.count('\n') == 1
+    assert '--edition rope:' in r.stderr and '(--handout rope)' in r.stderr
+    assert leftovers(workdir) == [] and not (workdir / ZIP4).exists()
+
+
 def test_the_module_behind_the_script_is_importable(workdir):
-    """A grader imports scripts/grading/submission.py for each edition's files and its checks, with what
-    the script itself uses: the file lists above, the edition found from the files present, and
+    """A grader imports scripts/grading/submission.py for each handout's files and its checks, with what
+    the script itself uses: the file lists above, the handout found from the files present, and
     every problem listed rather than the first."""
     import importlib.util
     spec = importlib.util.spec_from_file_location('submission', os.path.join(REPO, 'scripts', 'grading', 'submission.py'))
     submission = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(submission)
-    for edition in ('synthesizer', 'perceiver', 'rope'):
-        assert submission.required_files(edition) == COMMON + edition_files(edition)
-        assert submission.ZIP_NAME[edition] == zip_name(edition)
-    with pytest.raises(submission.SubmissionError, match='cannot tell the edition'):
-        submission.detect_edition(str(workdir))
+    for handout in ('synthesizer', 'perceiver', 'rope'):
+        assert submission.required_files(handout) == COMMON + handout_files(handout)
+        assert submission.ZIP_NAME[handout] == zip_name(handout)
+    with pytest.raises(submission.SubmissionError, match='cannot tell the handout'):
+        submission.detect_handout(str(workdir))
     make_outputs(workdir, 'rope')
-    assert submission.detect_edition(str(workdir)) == 'rope'
+    assert submission.detect_handout(str(workdir)) == 'rope'
     (workdir / 'rope.pretrain.dev.predictions').write_text('')
     (workdir / 'vanilla.model.params').unlink()
     problems, data = submission.check(str(workdir), 'rope')
@@ -284,27 +293,27 @@ def lengths_in_unzipped(zip_path, folder):
 
 
 @pytest.mark.parametrize('checkout', [None, '2021-23', '2024-25'])
-@pytest.mark.parametrize('edition,length', [('synthesizer', '127'), ('perceiver', '127'),
+@pytest.mark.parametrize('handout,length', [('synthesizer', '127'), ('perceiver', '127'),
                                             ('rope', '128')])
-def test_an_unzipped_submission_follows_the_zips_edition(workdir, tmp_path, checkout, edition, length):
-    """The zip's src/edition.txt is the zip's edition, whatever the checkout says: a bare
+def test_an_unzipped_submission_follows_the_zips_edition(workdir, tmp_path, checkout, handout, length):
+    """The zip's src/edition.txt names the zip's edition, whatever the checkout says: a bare
     CharCorruptionDataset(data, 128) from the unzipped rope zip gives x and y 128 long, from a
     synthesizer or perceiver zip 127."""
     repo = checkout_copy(tmp_path, checkout)
-    make_outputs(workdir, edition)
+    make_outputs(workdir, handout)
     env = dict(os.environ, PYTHON=sys.executable)
-    r = subprocess.run(['bash', str(repo / 'collect_submission.sh'), '--edition', edition],
+    r = subprocess.run(['bash', str(repo / 'collect_submission.sh'), '--handout', handout],
                        cwd=workdir, env=env, text=True, capture_output=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
-    stamp = '2024-25' if edition == 'rope' else '2021-23'
+    stamp = '2024-25' if handout == 'rope' else '2021-23'
     assert f'its src/edition.txt says {stamp}' in r.stdout
     assert ('note: this checkout' in r.stdout) == (checkout not in (None, stamp))
-    with zipfile.ZipFile(workdir / zip_name(edition)) as z:
+    with zipfile.ZipFile(workdir / zip_name(handout)) as z:
         assert z.read('src/edition.txt') == (stamp + '\n').encode()
         assert z.namelist().count('src/edition.txt') == 1
     unzipped = tmp_path / 'unzipped'
     unzipped.mkdir()
-    assert lengths_in_unzipped(workdir / zip_name(edition), unzipped) == [length]
+    assert lengths_in_unzipped(workdir / zip_name(handout), unzipped) == [length]
 
 
 @pytest.mark.parametrize('output,words', [('adir', 'is a directory'),

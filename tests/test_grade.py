@@ -40,10 +40,10 @@ def built(tmp_path_factory):
     sample_submission.head(os.path.join(DATA, 'birth_test_inputs.tsv'), root / 'test_answers.tsv',
                            TEST, '\tLondon')
     out = {'data': root / 'data', 'root': root}
-    for edition in ('synthesizer', 'perceiver', 'rope'):
-        zipped = sample_submission.build(str(root / edition), edition, data)
-        out[edition], out[edition + '_zip'] = root / edition / 'unzipped', Path(zipped)
-        out[edition + '_run'] = root / edition / 'run'
+    for handout in ('synthesizer', 'perceiver', 'rope'):
+        zipped = sample_submission.build(str(root / handout), handout, data)
+        out[handout], out[handout + '_zip'] = root / handout / 'unzipped', Path(zipped)
+        out[handout + '_run'] = root / handout / 'run'
     return out
 
 
@@ -60,7 +60,7 @@ def test_a_complete_submission_passes_and_reproduces(built, tmp_path):
     status, [r] = grade_all(built, tmp_path, built['synthesizer_zip'], extra=[
         '--test_answers', str(built['root'] / 'test_answers.tsv'), '--out', str(tmp_path / 'rep')])
     assert status == 0
-    assert r['edition'] == 'synthesizer' and r['handout'] == '2021-22'
+    assert r['handout'] == 'synthesizer' and r['year'] == '2021-22'
     assert r['layout_ok'] and r['errors'] == [], r['errors']
     assert set(r['params']) == {'vanilla.model.params', 'vanilla.finetune.params',
                                 'synthesizer.finetune.params'}
@@ -77,7 +77,7 @@ def test_a_complete_submission_passes_and_reproduces(built, tmp_path):
     assert f'- threshold synthesizer.pretrain.test >= 5%: ' \
            f'{"pass" if figure >= 5 else "FAIL"} ({figure:g}%)' in md
     csv_text = (tmp_path / 'rep' / 'report.csv').read_text()
-    assert csv_text.splitlines()[0].startswith('submission,edition,layout_ok,errors,warnings,accuracy:')
+    assert csv_text.splitlines()[0].startswith('submission,handout,layout_ok,errors,warnings,accuracy:')
 
 
 def test_dev_accuracy_is_the_handouts_count(built, tmp_path):
@@ -138,19 +138,19 @@ def test_a_broken_dataset_fails_exactly_that_property(built, tmp_path, prop):
 
 def test_a_rope_submission_graded_as_2021_23_is_named_as_such(built, tmp_path):
     status, [r] = grade_all(built, tmp_path, built['rope_zip'],
-                            extra=['--edition', 'synthesizer', '--skip', 'reproduction'])
+                            extra=['--handout', 'synthesizer', '--skip', 'reproduction'])
     assert status == 0
-    assert r['edition'] == 'synthesizer'
-    assert any('files are those of the rope edition (2024-25), graded as synthesizer (2021-22)'
+    assert r['handout'] == 'synthesizer'
+    assert any('files are those of the rope handout (2024-25), graded as synthesizer (2021-22)'
                in e for e in r['errors'])
     assert not r['layout_ok']
     assert r['dataset']['lengths'] is False  # its dataset gives 128, the 2021-23 spec 127
-    # graded as its own edition it is complete
+    # graded as its own handout it is complete
     wrong = tmp_path / 'wrong-london'
     shutil.copytree(built['rope'], wrong)
     (wrong / 'london_baseline_accuracy.txt').write_text('7.5\n')
     _, [own, other] = grade_all(built, tmp_path, built['rope_zip'], wrong)
-    assert own['edition'] == 'rope' and own['layout_ok'] and own['errors'] == []
+    assert own['handout'] == 'rope' and own['layout_ok'] and own['errors'] == []
     assert own['dataset'] == {p: True for p in PROPERTIES}
     assert set(own['reproduced'].values()) == {1.0}
     assert len(other['errors']) == 1
@@ -283,7 +283,8 @@ def test_a_folder_of_zips_is_its_zips(built, tmp_path):
     (['{zip}', '--json', '{zip}'], '--json'),
     (['{zip}', '--draws', '1999'], '--draws must be at least 2,000'),
     (['{zip}', '--masked_band', 'nan'], '--masked_band must be a number of characters'),
-    (['{zip}', '--edition', 'transformer'], "invalid choice: 'transformer'"),
+    (['{zip}', '--handout', 'transformer'], "invalid choice: 'transformer'"),
+    (['{zip}', '--edition', 'perceiver'], '--edition perceiver: the handout is named by --handout'),
 ])
 def test_bad_usage_is_one_line_and_exit_2(built, tmp_path, monkeypatch, capsys, args, message):
     before = built['synthesizer_zip'].read_bytes()
@@ -363,7 +364,7 @@ def test_a_zip_declaring_more_than_the_limit_is_refused_unopened(tmp_path, monke
 
 # ---- what students really hand in -------------------------------------------------------------
 
-# a student's src/ as each edition's starter names it, with what tells the editions apart: the
+# a student's src/ as each handout's starter names it, with what tells the handouts apart: the
 # 2021-22 attention.py has SynthesizerAttention, the 2022-23 model.py the perceiver's blocks, the
 # RoPE starter renamed model.py to models.py
 STUDENT_CODE = {
@@ -382,25 +383,25 @@ STUDENT_DATASET = {'synthesizer': dict(length=127), 'perceiver': dict(length=128
                    'rope': dict(length=128)}
 
 
-def student_src(folder, edition):
+def student_src(folder, handout):
     src = folder / 'src'
     src.mkdir(parents=True)
-    for name in submission.starter_src(edition):
+    for name in submission.starter_src(handout):
         name = os.path.basename(name)
-        text = STUDENT_CODE[edition].get(name, f'# {name}, as the student left it\n')
+        text = STUDENT_CODE[handout].get(name, f'# {name}, as the student left it\n')
         if name == 'dataset.py':
-            text = student_datasets.source(**STUDENT_DATASET[edition])
+            text = student_datasets.source(**STUDENT_DATASET[handout])
         (src / name).write_text(text, encoding='utf-8')
     return src
 
 
-def handout_zip(built, edition, out):
-    """The zip the edition's handout collect_submission.sh makes (rm -f zip; zip -r zip src/
+def handout_zip(built, handout, out):
+    """The zip the handout's collect_submission.sh makes (rm -f zip; zip -r zip src/
     DATA FILES): a student's src/, 2021-23's three data files, the params, predictions and
     (rope) london_baseline_accuracy.txt of a run."""
-    run_dir = built[edition + '_run']
-    src = student_src(out.parent / f'{edition}-student', edition)
-    names = submission.zipped_data(edition) + submission.required_files(edition)
+    run_dir = built[handout + '_run']
+    src = student_src(out.parent / f'{handout}-student', handout)
+    names = submission.zipped_data(handout) + submission.required_files(handout)
     with zipfile.ZipFile(out, 'w', zipfile.ZIP_DEFLATED) as z:
         for path in sorted(src.iterdir()):
             z.write(path, f'src/{path.name}')
@@ -409,44 +410,44 @@ def handout_zip(built, edition, out):
     return out
 
 
-@pytest.mark.parametrize('edition', ['synthesizer', 'perceiver', 'rope'])
-def test_each_editions_handout_zip_grades_complete(built, tmp_path, edition):
-    zipped = handout_zip(built, edition, tmp_path / submission.ZIP_NAME[edition])
+@pytest.mark.parametrize('handout', ['synthesizer', 'perceiver', 'rope'])
+def test_each_handouts_zip_grades_complete(built, tmp_path, handout):
+    zipped = handout_zip(built, handout, tmp_path / submission.ZIP_NAME[handout])
     with zipfile.ZipFile(zipped) as z:
         names = z.namelist()
     assert 'src/edition.txt' not in names and 'birth_test_inputs.tsv' not in names
-    assert ('src/models.py' in names) is (edition == 'rope')
-    status, [r] = grade_all(built, tmp_path, zipped)  # no --edition
+    assert ('src/models.py' in names) is (handout == 'rope')
+    status, [r] = grade_all(built, tmp_path, zipped)  # no --handout
     assert status == 0
-    assert r['edition'] == edition and r['layout_ok'], r['errors']
+    assert r['handout'] == handout and r['layout_ok'], r['errors']
     assert r['errors'] == [] and r['warnings'] == [] and r['extra_files'] == []
     assert set(r['params'].values()) == {'ok'} and set(r['reproduced'].values()) == {1.0}
     assert r['dataset'] == {p: True for p in PROPERTIES}, r['dataset_details']
-    if edition == 'perceiver':  # the readings it follows are named
+    if handout == 'perceiver':  # the readings it follows are named
         assert r['dataset_details']['lengths'].startswith('128 (block_size, as its comment says')
         assert 'third \u2047' in r['dataset_details']['two_masks']
 
 
-@pytest.mark.parametrize('edition', ['synthesizer', 'perceiver', 'rope'])
-def test_the_edition_is_read_from_src_and_the_dataset_judged_whatever_is_missing(
-        built, tmp_path, edition):
+@pytest.mark.parametrize('handout', ['synthesizer', 'perceiver', 'rope'])
+def test_the_handout_is_read_from_src_and_the_dataset_judged_whatever_is_missing(
+        built, tmp_path, handout):
     folder = tmp_path / 'only-src'
-    student_src(folder, edition)
+    student_src(folder, handout)
     _, [r] = grade_all(built, tmp_path, folder, extra=['--skip', 'reproduction'])
-    assert r['edition'] == edition
-    assert r['notes'] == [f'edition {edition} ({submission.HANDOUT[edition]}) read from src/: '
-                          + dict((e, sign) for e, sign, _ in submission.SRC_SIGNS[::-1])[edition]]
-    assert not r['layout_ok'] and f'{edition}.finetune.params: missing' in r['errors']
+    assert r['handout'] == handout
+    assert r['notes'] == [f'handout {handout} ({submission.HANDOUT_YEAR[handout]}) read from src/: '
+                          + dict((e, sign) for e, sign, _ in submission.SRC_SIGNS[::-1])[handout]]
+    assert not r['layout_ok'] and f'{handout}.finetune.params: missing' in r['errors']
     assert set(r['thresholds'].values()) == {'missing'}
     assert r['dataset'] == {p: True for p in PROPERTIES}, r['dataset_details']
 
 
-def test_a_submission_of_no_known_edition_still_has_its_dataset_judged(built, tmp_path):
+def test_a_submission_of_no_known_handout_still_has_its_dataset_judged(built, tmp_path):
     folder = tmp_path / 'bare'
     (folder / 'src').mkdir(parents=True)
     (folder / 'src' / 'dataset.py').write_text(student_datasets.source(length=128))
     _, [r] = grade_all(built, tmp_path, folder)
-    assert r['edition'] is None and r['errors'][0].startswith('cannot tell the edition')
+    assert r['handout'] is None and r['errors'][0].startswith('cannot tell the handout')
     assert r['dataset'] == {p: True for p in PROPERTIES}, r['dataset_details']  # 127 or 128
 
 

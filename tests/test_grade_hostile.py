@@ -21,7 +21,7 @@ def grade_rows(tmp_path, *submissions):
     """grade.main over the submissions, code-running checks skipped: (status, rows, report.md)."""
     out, results = tmp_path / 'reports', tmp_path / 'grades.json'
     status = grade.main([str(s) for s in submissions] + [
-        '--data_dir', os.path.join(REPO, 'data'), '--edition', 'synthesizer', '--skip', 'reproduction', '--skip', 'dataset',
+        '--data_dir', os.path.join(REPO, 'data'), '--handout', 'synthesizer', '--skip', 'reproduction', '--skip', 'dataset',
         '--json', str(results), '--out', str(out)])
     return status, json.loads(results.read_text(encoding='utf-8')), \
         (out / 'report.md').read_text(encoding='utf-8')

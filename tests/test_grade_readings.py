@@ -23,9 +23,9 @@ PASSING, FAILING = student_datasets.PASSING, student_datasets.FAILING
 _modules = itertools.count()
 
 
-def judged(tmp_path, text, edition='synthesizer', draws=spec_check.MIN_DRAWS, seed=0, also=()):
+def judged(tmp_path, text, handout='synthesizer', draws=spec_check.MIN_DRAWS, seed=0, also=()):
     return student_datasets.judge(text, str(tmp_path), f'student_dataset_{next(_modules)}',
-                                  edition, draws, seed, also)
+                                  handout, draws, seed, also)
 
 
 def others_pass(results, but=()):
@@ -93,14 +93,14 @@ def test_a_third_mask_after_the_content_passes_and_is_named(tmp_path):
         results['two_masks'][1]
 
 
-@pytest.mark.parametrize('edition, length, passes', [
+@pytest.mark.parametrize('handout, length, passes', [
     ('synthesizer', 127, True), ('synthesizer', 128, False),  # w2 has block_size - 1 columns
     ('perceiver', 127, True), ('perceiver', 128, True),  # the comment's reading and the slicing's
     ('rope', 128, True), ('rope', 127, False),
-    (None, 127, True), (None, 128, True),  # edition unknown: either
+    (None, 127, True), (None, 128, True),  # handout unknown: either
 ])
-def test_lengths_follow_each_editions_readings(tmp_path, edition, length, passes):
-    results, _ = judged(tmp_path, student_datasets.source(length=length), edition=edition)
+def test_lengths_follow_each_handouts_readings(tmp_path, handout, length, passes):
+    results, _ = judged(tmp_path, student_datasets.source(length=length), handout=handout)
     ok, detail = results['lengths']
     assert ok is passes, detail
     assert others_pass(results, but=['lengths']) == {}, results

@@ -2,11 +2,11 @@
 (unzipping, layout, accuracy, loading, reproducing all predictions of the 500 dev and 437 test
 questions, the dataset check in its sandbox), measured from the command line as a TA runs it.
 
-    python scripts/grading/benchmark_grade.py [--edition synthesizer|perceiver|rope ...] [--repeat 2]
+    python scripts/grading/benchmark_grade.py [--handout synthesizer|perceiver|rope ...] [--repeat 2]
 
 The sample submissions (sample_submission.py) hold one-step models: their answers are noise, so
 greedy decoding runs all 32 steps for every question; trained models stop at the second ⁇ and
-grade faster. Prints one line per edition: seconds per grading, each run and the best.
+grade faster. Prints one line per handout: seconds per grading, each run and the best.
 """
 import argparse
 import os
@@ -27,22 +27,22 @@ import submission  # noqa: E402
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    ap.add_argument('--edition', action='append', choices=sorted(submission.EDITIONS))
+    ap.add_argument('--handout', action='append', choices=sorted(submission.HANDOUTS))
     ap.add_argument('--repeat', type=int, default=2)
     args = ap.parse_args(argv)
-    editions = args.edition or ['synthesizer', 'perceiver', 'rope']
+    handouts = args.handout or ['synthesizer', 'perceiver', 'rope']
     print(f'machine: {cpu_model()}, {os.cpu_count()} cores; python {platform.python_version()}')
     with tempfile.TemporaryDirectory() as tmp:
         data = sample_submission.make_data(os.path.join(tmp, 'data'))
-        for edition in editions:
-            zipped = sample_submission.build(os.path.join(tmp, edition), edition, data)
+        for handout in handouts:
+            zipped = sample_submission.build(os.path.join(tmp, handout), handout, data)
             times = []
             for _ in range(args.repeat):
                 start = time.perf_counter()
                 subprocess.run([sys.executable, os.path.join(HERE, 'grade.py'), zipped,
                                 '--data_dir', data], check=True, capture_output=True)
                 times.append(time.perf_counter() - start)
-            print(f'{edition}: grading one complete submission took '
+            print(f'{handout}: grading one complete submission took '
                   f'{", ".join(f"{t:.1f}" for t in times)} s (best {min(times):.1f} s)')
 
 

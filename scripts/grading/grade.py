@@ -1,11 +1,11 @@
 """Grade submissions of the assignment, as course staff would (or a student before uploading).
 
-    python scripts/grading/grade.py SUBMISSION [SUBMISSION ...] [--edition synthesizer|perceiver|rope]
+    python scripts/grading/grade.py SUBMISSION [SUBMISSION ...] [--handout synthesizer|perceiver|rope]
         [--test_answers FILE] [--json FILE] [--out DIR] [--data_dir DIR]
 
 A SUBMISSION is a zip (collect_submission.sh's), an unzipped folder, or a folder of zips. Per
 submission:
-  layout        the files its edition's handout lists (scripts/grading/submission.py), none missing or
+  layout        the files its handout lists (scripts/grading/submission.py), none missing or
                 empty; extra files named;
   predictions   one line per question; dev accuracy against birth_dev.tsv, test accuracy with
                 --test_answers; the handout's thresholds, pass or fail;
@@ -50,7 +50,7 @@ import unpack  # noqa: E402
 import utils  # noqa: E402
 from utils import UsageError  # noqa: E402
 
-# (threshold name, predictions file, percent) per edition: the handouts' grading lines
+# (threshold name, predictions file, percent) per handout: the handouts' grading lines
 THRESHOLDS = {
     'synthesizer': [('vanilla.pretrain.dev >= 10%', 'vanilla.pretrain.dev.predictions', 10),
                     ('synthesizer.pretrain.test >= 5%', 'synthesizer.pretrain.test.predictions', 5)],
@@ -127,48 +127,48 @@ class Grader:
         except unpack.Refused as e:
             r['errors'].append(f'refused: {e}')
             return r
-        edition = self.edition_of(folder, r)
-        if edition is not None:
-            r['edition'], r['handout'] = edition, submission.HANDOUT[edition]
-            self.check_layout(folder, edition, r)
-            if 'london_baseline_accuracy.txt' in submission.required_files(edition):
+        handout = self.handout_of(folder, r)
+        if handout is not None:
+            r['handout'], r['year'] = handout, submission.HANDOUT_YEAR[handout]
+            self.check_layout(folder, handout, r)
+            if 'london_baseline_accuracy.txt' in submission.required_files(handout):
                 self.check_london(folder, r)
-            valid = self.check_predictions(folder, edition, r)
-            self.check_params(folder, edition,
+            valid = self.check_predictions(folder, handout, r)
+            self.check_params(folder, handout,
                               valid if 'reproduction' not in self.args.skip else {}, r)
         if 'dataset' not in self.args.skip:  # judged whatever else is missing
-            self.check_dataset(folder, edition, work, r)
+            self.check_dataset(folder, handout, work, r)
         return r
 
-    def edition_of(self, folder, r):
-        """The edition to grade by: --edition, else the one whose variant files are there, else
-        the one src/ shows (submission.edition_from_src); None when none can be told (the
+    def handout_of(self, folder, r):
+        """The handout to grade by: --handout, else the one whose variant files are there, else
+        the one src/ shows (submission.handout_from_src); None when none can be told (the
         error says why)."""
         try:
-            found = submission.detect_edition(folder)
+            found = submission.detect_handout(folder)
         except submission.SubmissionError as e:
-            found, sign = submission.edition_from_src(folder)
+            found, sign = submission.handout_from_src(folder)
             if found is not None:
-                r['notes'].append(f'edition {found} ({submission.HANDOUT[found]}) read from src/: '
+                r['notes'].append(f'handout {found} ({submission.HANDOUT_YEAR[found]}) read from src/: '
                                   f'{sign}')
-            elif self.args.edition is None:
+            elif self.args.handout is None:
                 r['errors'].append(str(e).replace(folder, 'the submission')
                                    + '; nor does src/ show it')
                 return None
-        edition = self.args.edition or found
-        if found is not None and found != edition:
-            r['errors'].append(f'its files are those of the {found} edition '
-                               f'({submission.HANDOUT[found]}), graded as {edition} '
-                               f'({submission.HANDOUT[edition]})')
+        handout = self.args.handout or found
+        if found is not None and found != handout:
+            r['errors'].append(f'its files are those of the {found} handout '
+                               f'({submission.HANDOUT_YEAR[found]}), graded as {handout} '
+                               f'({submission.HANDOUT_YEAR[handout]})')
         stamp = submission.checkout_setting(folder)
-        if stamp is not None and stamp != submission.EDITION_SETTING[edition]:
+        if stamp is not None and stamp != submission.EDITION_OF[handout]:
             r['errors'].append(f'its {submission.EDITION_FILE} says {stamp[:20]!r}; the '
-                               f'{edition} edition is {submission.EDITION_SETTING[edition]}')
-        return edition
+                               f'{handout} handout follows {submission.EDITION_OF[handout]}')
+        return handout
 
-    def check_layout(self, folder, edition, r):
-        wanted = (submission.required_files(edition) + submission.starter_src(edition)
-                  + submission.zipped_data(edition))
+    def check_layout(self, folder, handout, r):
+        wanted = (submission.required_files(handout) + submission.starter_src(handout)
+                  + submission.zipped_data(handout))
         problems = []
         for name in wanted:
             path = os.path.join(folder, name)
@@ -194,7 +194,7 @@ class Grader:
         return None
 
     def check_london(self, folder, r):
-        """The rope edition's london_baseline_accuracy.txt: the London baseline's dev accuracy,
+        """The rope handout's london_baseline_accuracy.txt: the London baseline's dev accuracy,
         in percent (the handout's london_baseline.py writes 5.0)."""
         name = self.london_file(folder)
         if name is None or os.path.getsize(os.path.join(folder, name)) == 0:
@@ -220,11 +220,11 @@ class Grader:
                                + (' (percent): it holds a fraction where the handout writes a '
                                   'percentage' if fraction else ''))
 
-    def check_predictions(self, folder, edition, r):
+    def check_predictions(self, folder, handout, r):
         """Accuracy and thresholds; returns {file name: its lines} of the files with one line
         per question."""
         valid, missing = {}, set()
-        for name in submission.required_files(edition):
+        for name in submission.required_files(handout):
             if not name.endswith('.predictions'):
                 continue
             split = name.split('.')[-2]
@@ -256,7 +256,7 @@ class Grader:
                     total, correct = utils.evaluate_places(gold, lines)
                 if total:
                     r['accuracy'][name] = round(100 * correct / total, 2)
-        for label, name, percent in THRESHOLDS[edition]:
+        for label, name, percent in THRESHOLDS[handout]:
             split = name.split('.')[-2]
             if name in missing:
                 r['thresholds'][label] = 'missing'
@@ -268,8 +268,8 @@ class Grader:
                 r['thresholds'][label] = r['accuracy'][name] >= percent
         return valid
 
-    def check_params(self, folder, edition, valid, r):
-        for name in submission.required_files(edition):
+    def check_params(self, folder, handout, valid, r):
+        for name in submission.required_files(handout):
             if not name.endswith('.params'):
                 continue
             path = os.path.join(folder, name)
@@ -314,9 +314,9 @@ class Grader:
                 f'line {i + 1}: submitted {submitted[i][:40]!r}, regenerated {ours[i][:40]!r}'
                 for i in differ[:SHOWN_DIFFERENCES]]
 
-    def check_dataset(self, folder, edition, work, r):
-        """The spec's properties of src/dataset.py, judged by `edition`'s handout (None: the
-        lengths of any edition pass)."""
+    def check_dataset(self, folder, handout, work, r):
+        """The spec's properties of src/dataset.py, judged by `handout` (None: the lengths of
+        any edition pass)."""
         src = os.path.join(folder, 'src')
         warnings = []
         if not os.path.isfile(os.path.join(src, 'dataset.py')):
@@ -329,7 +329,7 @@ class Grader:
             if report is None:
                 results = {p: (False, why) for p in spec_check.PROPERTIES}
             else:
-                results, warnings = spec_check.check(report, edition, docs, pairs,
+                results, warnings = spec_check.check(report, handout, docs, pairs,
                                                      self.args.masked_band)
         r['warnings'] += warnings
         r['dataset'] = {p: ok for p, (ok, _) in results.items()}
@@ -339,7 +339,7 @@ class Grader:
 
 def empty_result(path):
     """A submission's result before any check (the keys of --json, README)."""
-    return dict(submission=path, edition=None, handout=None, layout_ok=False, errors=[],
+    return dict(submission=path, handout=None, year=None, layout_ok=False, errors=[],
                 warnings=[], notes=[], extra_files=[], accuracy={}, thresholds={}, params={},
                 reproduced={}, differences={}, dataset={}, dataset_details={}, dataset_seed=None)
 
@@ -362,7 +362,7 @@ def find_submissions(paths_given):
         if os.path.isdir(path) and not os.path.islink(path):
             entries = os.listdir(path)
             zips = sorted(e for e in entries if e.lower().endswith('.zip'))
-            own = set(entries) & {f.split('/')[0] for e in submission.EDITIONS.values() for f in e}
+            own = set(entries) & {f.split('/')[0] for e in submission.HANDOUTS.values() for f in e}
             if zips and 'src' not in entries and not own:
                 found += [os.path.join(path, z) for z in zips]
                 continue
@@ -372,14 +372,14 @@ def find_submissions(paths_given):
 
 def summary(r):
     """One line per submission for the terminal."""
-    if r['edition'] is None:
+    if r['handout'] is None:
         passed = sum(ok is True for ok in r['dataset'].values())
         return (f'{r["submission"]}: {r["errors"][0] if r["errors"] else "not graded"}'
                 + (f'; dataset {passed}/{len(r["dataset"])}' if r['dataset'] else ''))
     acc = ', '.join(f'{k.replace(".predictions", "")} {v:g}%' for k, v in r['accuracy'].items())
     rep = min(r['reproduced'].values()) if r['reproduced'] else None
     passed = sum(ok is True for ok in r['dataset'].values())
-    return (f'{r["submission"]}: {r["edition"]} ({r["handout"]}), layout '
+    return (f'{r["submission"]}: {r["handout"]} ({r["year"]}), layout '
             f'{"ok" if r["layout_ok"] else "INCOMPLETE"}; {acc or "no accuracy"}; reproduced '
             f'{"-" if rep is None else f"{rep:.0%}"} (lowest); dataset {passed}/'
             f'{len(r["dataset"])}; {len(r["errors"])} error(s)')
@@ -398,8 +398,8 @@ def report_md(results):
     out = ['# Grading report', '']
     for r in results:
         out += [f'## {md(r["submission"])}', '']
-        if r['edition'] is not None:
-            out.append(f'- edition: {r["edition"]} ({r["handout"]} handout)')
+        if r['handout'] is not None:
+            out.append(f'- handout: {r["handout"]} ({r["year"]})')
         out.append(f'- layout: {"ok" if r["layout_ok"] else "incomplete"}')
         if r['extra_files']:
             out.append(f'- extra files: {md(", ".join(r["extra_files"][:20]))}')
@@ -431,7 +431,7 @@ def report_md(results):
     return '\n'.join(out)
 
 
-CSV_FIELDS = ['submission', 'edition', 'layout_ok', 'errors', 'warnings']
+CSV_FIELDS = ['submission', 'handout', 'layout_ok', 'errors', 'warnings']
 
 
 def report_csv(results):
@@ -444,7 +444,7 @@ def report_csv(results):
     w = csv.writer(buf)
     w.writerow(CSV_FIELDS + list(cols))
     for r in results:
-        w.writerow([r['submission'], r['edition'] or '', r['layout_ok'], '; '.join(r['errors']),
+        w.writerow([r['submission'], r['handout'] or '', r['layout_ok'], '; '.join(r['errors']),
                     '; '.join(r['warnings'])]
                    + ['' if r[key].get(name) is None else r[key][name]
                       for key, name in cols.values()])
@@ -464,9 +464,8 @@ def parse_args(argv=None):
     ap = utils.OneLineParser(prog='python scripts/grading/grade.py', description=__doc__.split('\n')[0])
     ap.add_argument('submissions', nargs='+', metavar='SUBMISSION',
                     help='a submission zip, an unzipped submission folder, or a folder of zips')
-    ap.add_argument('--edition', choices=sorted(submission.EDITIONS),
-                    help='grade as synthesizer (2021-22), perceiver (2022-23) or rope (2024-25); '
-                         'default: each submission\'s, detected from its files')
+    submission.add_handout_flag(ap, 'grade as synthesizer (2021-22), perceiver (2022-23) or rope '
+                                    '(2024-25); default: each submission\'s, detected from its files')
     ap.add_argument('--test_answers', help='the held-out test answers (birth_dev.tsv\'s format, '
                                            'one line per line of birth_test_inputs.tsv)')
     ap.add_argument('--json', help='write the results here: a JSON list, one object per submission')
@@ -503,6 +502,10 @@ def parse_args(argv=None):
 
 
 def check_args(args):
+    try:
+        submission.refuse_edition_flag(args)
+    except submission.SubmissionError as e:
+        raise UsageError(str(e))
     for flag in ('dataset_cpu_seconds', 'dataset_memory_mb', 'dataset_wall_seconds'):
         if getattr(args, flag) <= 0:
             raise UsageError(f'--{flag} must be positive, not {getattr(args, flag)}')

@@ -3,7 +3,7 @@ for one epoch from scratch on the first questions of birth_places_train.tsv (one
 params are of the handout's shapes, the answers are noise), evaluates it on the dev and test
 questions, and collect_submission.sh zips the result. For grade.py's tests and benchmark.
 
-    python scripts/grading/sample_submission.py --edition rope --out DIR [--dev 40 --test 30]
+    python scripts/grading/sample_submission.py --handout rope --out DIR [--dev 40 --test 30]
 
 vanilla.finetune.params and the vanilla.pretrain predictions are copies of the no-pretraining
 ones (a real run pretrains first; the grader cannot tell, and needs only files of the right
@@ -63,21 +63,21 @@ def make_data(folder, dev=None, test=None, train=64):
     return folder
 
 
-def build(out, edition, data):
+def build(out, handout, data):
     """Run the submission's commands in out/run with the data in `data`; returns the zip."""
     run_dir = os.path.join(out, 'run')
     os.makedirs(run_dir)
     for name in os.listdir(data):
         shutil.copyfile(os.path.join(data, name), os.path.join(run_dir, name))
     subprocess.run([sys.executable, '-c', RUNS, 'wiki.txt', 'birth_places_train.tsv',
-                    'birth_dev.tsv', 'birth_test_inputs.tsv', edition],
+                    'birth_dev.tsv', 'birth_test_inputs.tsv', handout],
                    cwd=run_dir, check=True, capture_output=True)
-    if edition == 'rope':  # its london_baseline_accuracy.txt, from this birth_dev.tsv
+    if handout == 'rope':  # its london_baseline_accuracy.txt, from this birth_dev.tsv
         subprocess.run([sys.executable, os.path.join(REPO, 'src', 'london_baseline.py')],
                        cwd=run_dir, check=True, capture_output=True)
-    zipped = os.path.join(out, submission.ZIP_NAME[edition])
+    zipped = os.path.join(out, submission.ZIP_NAME[handout])
     subprocess.run(['bash', os.path.join(REPO, 'collect_submission.sh'), '--dir', run_dir,
-                    '--output', zipped, '--edition', edition], cwd=run_dir, check=True,
+                    '--output', zipped, '--handout', handout], cwd=run_dir, check=True,
                    capture_output=True)
     with zipfile.ZipFile(zipped) as z:
         z.extractall(os.path.join(out, 'unzipped'))
@@ -86,7 +86,7 @@ def build(out, edition, data):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    ap.add_argument('--edition', choices=sorted(submission.EDITIONS), default='synthesizer')
+    ap.add_argument('--handout', choices=sorted(submission.HANDOUTS), default='synthesizer')
     ap.add_argument('--out', required=True)
     ap.add_argument('--dev', type=int, default=None, help='dev questions (default: all 500)')
     ap.add_argument('--test', type=int, default=None, help='test questions (default: all 437)')
@@ -94,7 +94,7 @@ def main(argv=None):
     if os.path.exists(args.out):
         ap.error(f'--out {args.out} exists; name a new folder')
     data = make_data(os.path.join(args.out, 'data'), args.dev, args.test)
-    print(build(args.out, args.edition, data))
+    print(build(args.out, args.handout, data))
 
 
 if __name__ == '__main__':

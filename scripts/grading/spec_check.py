@@ -40,7 +40,7 @@ FAIL_PROBABILITY = 1e-6  # the chance that a correct dataset fails the masked-le
 PROPERTIES = {
     'vocab': 'PAD id 0, MASK id 1, then the corpus\'s characters sorted; itos inverts stoi',
     'tensors': 'x and y are 1-D LongTensors',
-    'lengths': 'x and y have the edition\'s length',
+    'lengths': 'x and y have the handout\'s length',
     'shifted': 'y is x shifted by one',
     'two_masks': 'exactly two \u2047 in the masked string',
     'rearranged': 'prefix \u2047 suffix \u2047 masked_content, with prefix + masked_content + '
@@ -271,7 +271,7 @@ def _short(text, n=90):
     return text if len(text) <= n else text[:n] + '…'
 
 
-# x and y's lengths each edition's handout allows: its comment says "of length self.block_size",
+# x and y's lengths each handout allows: its comment says "of length self.block_size",
 # its slicing gives block_size - 1. The 2021-22 synthesizer's w2 has block_size - 1 columns, so
 # only 127 trains there; both train in 2022-23; the RoPE starter settled on 128.
 LENGTHS = {'synthesizer': {127: 'block_size - 1, as its slicing gives'},
@@ -282,10 +282,10 @@ SHORT = 4  # documents shorter than this: the spec is silent about them
 FIXED_FROM, FIXED_DRAWS, FIXED_LENGTHS = 16, 5, 10  # the fixed-masked-length test, see fixed_lengths
 
 
-def check(report, edition, docs, pairs, band=DEFAULTS['masked_band']):
+def check(report, handout, docs, pairs, band=DEFAULTS['masked_band']):
     """({property: (passed, a failing example or the figure behind a pass)}, [warnings]) for a
-    probe report. `edition` is the submission's (synthesizer, perceiver, rope; None when it could
-    not be told: any edition's lengths pass). passed is None for a property that no draw lets us
+    probe report. `handout` is the submission's (synthesizer, perceiver, rope; None when it could
+    not be told: any handout's lengths pass). passed is None for a property that no draw lets us
     judge. Where the handout's text and its own examples disagree, both readings pass and the
     detail says which one the dataset follows. A draw that raises on a document shorter than 4
     characters is a warning (the spec is silent about them; the 2021-23 wiki.txt has an empty
@@ -307,7 +307,7 @@ def check(report, edition, docs, pairs, band=DEFAULTS['masked_band']):
     results['vocab'] = (not wrong, wrong[0] if wrong else f'{len(want)} ids')
 
     block_size = presets.BLOCK_SIZE
-    lengths = LENGTHS.get(edition) or {n: why for e in LENGTHS.values() for n, why in e.items()}
+    lengths = LENGTHS.get(handout) or {n: why for e in LENGTHS.values() for n, why in e.items()}
     longest = int(block_size * 7 / 8)
     fails = {name: None for name in PROPERTIES
              if name not in ('vocab', 'name_dataset', 'masked_length_mean')}
@@ -340,7 +340,7 @@ def check(report, edition, docs, pairs, band=DEFAULTS['masked_band']):
         if len(x) != len(y) or len(x) not in lengths:
             fail('lengths', idx, f'len(x) {len(x)}, len(y) {len(y)}, expected '
                                  f'{" or ".join(map(str, sorted(lengths)))} '
-                                 f'({edition or "any"} edition)')
+                                 f'({handout or "any"} handout)')
         if x[1:] != y[:-1]:
             fail('shifted', idx, f'x[1:] {_short(decode(x[1:]))!r} != y[:-1] '
                                  f'{_short(decode(y[:-1]))!r}')

@@ -123,7 +123,7 @@ def load(text, folder, name):
     return module
 
 
-def judge(text, folder, name, edition='synthesizer', draws=None, seed=0, also=()):
+def judge(text, folder, name, handout='synthesizer', draws=None, seed=0, also=()):
     """spec_check.check's ({property: (passed, detail)}, warnings) for a dataset.py's text, drawn
     in this process by the probe's own code (dataset_probe.draw); with `also`, a list of those
     for the first n draws of the same report, for each n in it (what --draws n gives: the same
@@ -133,9 +133,9 @@ def judge(text, folder, name, edition='synthesizer', draws=None, seed=0, also=()
     request, docs, pairs = spec_check.request_for(
         seed=seed, draws=draws or spec_check.DEFAULTS['draws'])
     report = dataset_probe.draw(request, load(text, folder, name))
-    verdicts = [spec_check.check(report, edition, docs, pairs)]
+    verdicts = [spec_check.check(report, handout, docs, pairs)]
     for n in also:
-        verdicts.append(spec_check.check({**report, 'draws': report['draws'][:n]}, edition, docs,
+        verdicts.append(spec_check.check({**report, 'draws': report['draws'][:n]}, handout, docs,
                                          pairs))
     return verdicts[0] if not also else verdicts
 

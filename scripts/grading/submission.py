@@ -1,23 +1,23 @@
-"""What a submission of each edition holds, and the zip that collect_submission.sh builds.
+"""What a submission of each handout holds, and the zip that collect_submission.sh builds.
 
-    bash collect_submission.sh [--edition synthesizer|perceiver|rope] [--dir DIR] [--output ZIP]
+    bash collect_submission.sh [--handout synthesizer|perceiver|rope] [--dir DIR] [--output ZIP]
 
-Editions (what the handouts' "Submission Instructions" and scripts list), named by their variant:
+Handouts (what the handouts' "Submission Instructions" and scripts list), named by their variant:
   synthesizer (2021-22), perceiver (2022-23): assignment5_submission.zip with src/, birth_dev.tsv,
       birth_places_train.tsv, wiki.txt (not birth_test_inputs.tsv), the vanilla files (COMMON)
       and the variant's finetuned params and dev/test predictions;
   rope (2024-25): assignment4_submission.zip with src/, the same params and predictions and
       london_baseline_accuracy.txt (written by python src/london_baseline.py), no data.
-Without --edition the edition is the one whose files are in the folder; when several or none are
-there it says so and stops. A grader without the variant's files reads the edition from src/
-(edition_from_src).
+Without --handout the handout is the one whose files are in the folder; when several or none are
+there it says so and stops. A grader without the variant's files reads the handout from src/
+(handout_from_src).
 
 Checks before zipping: every params and predictions file exists and is not empty; each
 *.dev.predictions has one line per line of birth_dev.tsv (500) and each *.test.predictions one per
 line of birth_test_inputs.tsv (437); the data files are found in --dir, the current folder or the
 repository's data/. Everything wrong is listed, and nothing is written. The zip is written to a
 temporary file and renamed into place, so it is never left half-written. Standard library only.
-Exit status: 0 zip written, 1 submission incomplete, 2 bad usage / edition unclear.
+Exit status: 0 zip written, 1 submission incomplete, 2 bad usage / handout unclear.
 """
 import argparse
 import os
@@ -36,36 +36,51 @@ SPLIT_TSV = {'dev': 'birth_dev.tsv', 'test': 'birth_test_inputs.tsv'}
 COMMON = ['vanilla.model.params', 'vanilla.nopretrain.dev.predictions',
           'vanilla.nopretrain.test.predictions', 'vanilla.finetune.params',
           'vanilla.pretrain.dev.predictions', 'vanilla.pretrain.test.predictions']
-# the variant's own files, beyond COMMON: how an edition is recognised
-EDITIONS = {v: [f'{v}.finetune.params', f'{v}.pretrain.dev.predictions',
+# the variant's own files, beyond COMMON: how a handout is recognised
+HANDOUTS = {v: [f'{v}.finetune.params', f'{v}.pretrain.dev.predictions',
                 f'{v}.pretrain.test.predictions'] for v in ('synthesizer', 'perceiver', 'rope')}
-HANDOUT = {'synthesizer': '2021-22', 'perceiver': '2022-23', 'rope': '2024-25'}
+HANDOUT_YEAR = {'synthesizer': '2021-22', 'perceiver': '2022-23', 'rope': '2024-25'}
 ZIP_NAME = {'synthesizer': 'assignment5_submission.zip', 'perceiver': 'assignment5_submission.zip',
             'rope': 'assignment4_submission.zip'}
 EXTRA = {'rope': ['london_baseline_accuracy.txt']}  # zipped too, beyond the variant's files
 ZIPS_DATA = {'synthesizer': True, 'perceiver': True, 'rope': False}
-# The zipped src/edition.txt says the zip's edition (presets.EDITIONS' names), whatever the
+# The zipped src/edition.txt names the zip's starter-code edition (presets.EDITIONS), whatever the
 # checkout's says: the autograder's bare CharCorruptionDataset(data, block_size) then gives that
 # edition's lengths (2024-25: x and y block_size long; 2021-23: block_size - 1).
 EDITION_FILE = 'src/edition.txt'
-EDITION_SETTING = {'synthesizer': '2021-23', 'perceiver': '2021-23', 'rope': '2024-25'}
+EDITION_OF = {'synthesizer': '2021-23', 'perceiver': '2021-23', 'rope': '2024-25'}
 
 
 class SubmissionError(Exception):
-    """Bad usage or an unclear edition: one `error:` line, exit status 2."""
+    """Bad usage or an unclear handout: one `error:` line, exit status 2."""
 
 
-def starter_src(edition):
-    """The starter code's files, which a submission's src/ holds: the rope edition renamed
+def add_handout_flag(ap, help, **kwargs):
+    """--handout NAME, and --edition (hidden) so that refuse_edition_flag can say which word
+    means what: a handout is named by its variant, an edition is the starter code run.py follows."""
+    ap.add_argument('--handout', choices=sorted(HANDOUTS), help=help, **kwargs)
+    ap.add_argument('--edition', default=None, help=argparse.SUPPRESS)
+
+
+def refuse_edition_flag(args):
+    if args.edition is not None:
+        hint = f' (--handout {args.edition})' if args.edition in HANDOUTS else ''
+        raise SubmissionError(
+            f'--edition {args.edition}: the handout is named by --handout synthesizer, perceiver or '
+            f'rope{hint}; an edition (2021-23, 2024-25) is the starter code run.py follows')
+
+
+def starter_src(handout):
+    """The starter code's files, which a submission's src/ holds: the rope handout renamed
     model.py to models.py."""
-    model = 'models' if edition == 'rope' else 'model'
+    model = 'models' if handout == 'rope' else 'model'
     return [f'src/{name}.py' for name in
             ('attention', 'dataset', 'london_baseline', model, 'run', 'trainer', 'utils')]
 
 
-def zipped_data(edition):
-    """The data files the edition's handout zips (none for rope)."""
-    return ZIPPED_DATA if ZIPS_DATA[edition] else []
+def zipped_data(handout):
+    """The data files the handout zips (none for rope)."""
+    return ZIPPED_DATA if ZIPS_DATA[handout] else []
 
 
 def _read_text(path, cap=1 << 20):
@@ -77,7 +92,7 @@ def _read_text(path, cap=1 << 20):
         return ''
 
 
-# What a student's src/ shows of its edition when no variant file does, first match wins: only the
+# What a student's src/ shows of its handout when no variant file does, first match wins: only the
 # RoPE starter renamed model.py to models.py and has precompute_rotary_emb; only the 2022-23
 # starter's model.py has the perceiver's blocks (its attention.py may keep the synthesizer's class);
 # only the 2021-22 starter has SynthesizerAttention besides.
@@ -94,23 +109,23 @@ SRC_SIGNS = [
 ]
 
 
-def edition_from_src(folder):
-    """(edition, the sign read) from the submission's src/ (its src/edition.txt first, then the
+def handout_from_src(folder):
+    """(handout, the sign read) from the submission's src/ (its src/edition.txt first, then the
     starter's code: SRC_SIGNS), or (None, None)."""
     src = os.path.join(folder, 'src')
     stamp = checkout_setting(folder)
-    candidates = [e for e, setting in EDITION_SETTING.items() if setting == stamp] or list(EDITIONS)
-    for edition, sign, holds in SRC_SIGNS:
-        if edition in candidates and holds(src):
-            return edition, sign
+    candidates = [e for e, setting in EDITION_OF.items() if setting == stamp] or list(HANDOUTS)
+    for handout, sign, holds in SRC_SIGNS:
+        if handout in candidates and holds(src):
+            return handout, sign
     if len(candidates) == 1:
         return candidates[0], f'{EDITION_FILE} says {stamp}'
     return None, None
 
 
-def required_files(edition):
-    """The params, predictions and other files a submission of `edition` holds (no src/, no data)."""
-    return COMMON + EDITIONS[edition] + EXTRA.get(edition, [])
+def required_files(handout):
+    """The params, predictions and other files a submission of `handout` holds (no src/, no data)."""
+    return COMMON + HANDOUTS[handout] + EXTRA.get(handout, [])
 
 
 def count_lines(path):
@@ -127,25 +142,25 @@ def find(name, folders):
     return None
 
 
-def detect_edition(folder):
-    """The edition whose own files are in `folder`; SubmissionError when none or several are."""
+def detect_handout(folder):
+    """The handout whose own files are in `folder`; SubmissionError when none or several are."""
     where = os.path.abspath(folder)
     present = {e: [f for f in files if os.path.exists(os.path.join(folder, f))]
-               for e, files in EDITIONS.items()}
+               for e, files in HANDOUTS.items()}
     found = [e for e, files in present.items() if files]
     if len(found) == 1:
         return found[0]
     if not found:
         raise SubmissionError(
-            f'cannot tell the edition: none of the synthesizer.*, perceiver.* or rope.* submission '
-            f'files is in {where}; pass --edition synthesizer (2021-22), --edition perceiver '
-            f'(2022-23) or --edition rope (2024-25)')
+            f'cannot tell the handout: none of the synthesizer.*, perceiver.* or rope.* submission '
+            f'files is in {where}; pass --handout synthesizer (2021-22), --handout perceiver '
+            f'(2022-23) or --handout rope (2024-25)')
     listing = '; '.join(f'{e}: {", ".join(files)}' for e, files in present.items() if files)
-    raise SubmissionError(f'ambiguous edition: {where} has files of several editions ({listing}); '
-                          f'pass --edition {" or --edition ".join(found)}')
+    raise SubmissionError(f'ambiguous handout: {where} has files of several handouts ({listing}); '
+                          f'pass --handout {" or --handout ".join(found)}')
 
 
-def check(folder, edition, repo=REPO):
+def check(folder, handout, repo=REPO):
     """(problems, data): what is wrong with the submission in `folder` (a list of lines, empty
     when it is complete) and the data files found ({name: path})."""
     problems = []
@@ -161,7 +176,7 @@ def check(folder, edition, repo=REPO):
         else:
             data[name] = path
 
-    for name in required_files(edition):
+    for name in required_files(handout):
         path = os.path.normpath(os.path.join(folder, name))
         if not os.path.exists(path):
             problems.append(f'{path}: missing')
@@ -223,14 +238,14 @@ def collect(args, repo=REPO):
     src = os.path.join(repo, 'src')
     if not os.path.isdir(src):
         raise SubmissionError(f'{src}: no src/ folder next to collect_submission.sh')
-    edition = args.edition or detect_edition(folder)
-    required = required_files(edition)
-    print(f'edition: {edition} ({HANDOUT[edition]} handout); files from {os.path.abspath(folder)}')
+    handout = args.handout or detect_handout(folder)
+    required = required_files(handout)
+    print(f'handout: {handout} ({HANDOUT_YEAR[handout]}); files from {os.path.abspath(folder)}')
 
-    problems, data = check(folder, edition, repo)
-    out = args.output or ZIP_NAME[edition]
+    problems, data = check(folder, handout, repo)
+    out = args.output or ZIP_NAME[handout]
     members = [m for m in src_members(src) if m[1] != EDITION_FILE]
-    members += [(data[name], name) for name in zipped_data(edition) if name in data]
+    members += [(data[name], name) for name in zipped_data(handout) if name in data]
     members += [(os.path.join(folder, name), name) for name in required]
     problem = output_problem(out, [(name, path) for path, name in members])
     if problem is not None:
@@ -244,15 +259,15 @@ def collect(args, repo=REPO):
                   file=sys.stderr)
         return 1
 
-    data_members = zipped_data(edition)
-    stamp = EDITION_SETTING[edition]
+    data_members = zipped_data(handout)
+    stamp = EDITION_OF[handout]
     write_zip(out, members, [(EDITION_FILE, stamp + '\n')])
     print(f'wrote {out}: {len(members) + 1} files (src/ + {len(data_members)} data files + '
           f'{len(required)} params/predictions files); its {EDITION_FILE} says {stamp}')
     checkout = checkout_setting(repo)
     if checkout not in (None, stamp):
         print(f'note: this checkout\'s {EDITION_FILE} says {checkout}; the zip follows the '
-              f'{edition} edition ({stamp})')
+              f'{handout} handout (edition {stamp})')
     return 0
 
 
@@ -271,8 +286,7 @@ def main(argv=None):
         prog='collect_submission.sh',
         description='Check the submission files and zip them with src/ (and, before 2024, the '
                     'data) into the handout\'s zip.')
-    ap.add_argument('--edition', choices=sorted(EDITIONS),
-                    help='synthesizer (2021-22 handout), perceiver (2022-23) or rope (2024-25); '
+    add_handout_flag(ap, 'synthesizer (2021-22 handout), perceiver (2022-23) or rope (2024-25); '
                          'default: detected from the files present')
     ap.add_argument('--dir', default='.',
                     help='folder with the params and predictions files (default: the current folder)')
@@ -281,6 +295,7 @@ def main(argv=None):
                          './assignment4_submission.zip)')
     args = ap.parse_args(argv)
     try:
+        refuse_edition_flag(args)
         sys.exit(collect(args))
     except SubmissionError as e:
         print(f'error: {e}', file=sys.stderr)

@@ -6,6 +6,7 @@ import os
 import pickle
 import re
 import sys
+import zipfile
 
 import torch
 
@@ -161,14 +162,41 @@ class ParamsProblem(Exception):
     """What is wrong with a params file, in words that follow its path."""
 
 
-def read_state(path, device='cpu'):
+def unpacked_size_problem(path, max_bytes):
+    """Why torch.load must not read `path` (None: it may): torch.save's zip holds one record per
+    tensor, and torch allocates each record's declared size before checking it, so a few
+    deflated kilobytes can ask for gigabytes. Legacy (pre-zip) files declare their storages'
+    sizes inside the pickle, where nothing can bound them unread."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            total = sum(info.file_size for info in z.infolist())
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError):
+        with open(path, 'rb') as f:
+            head = f.read(4)
+        if head.startswith(b'PK'):
+            return 'not a readable params file (a damaged or truncated zip)'
+        if head.startswith(b'\x80'):  # a pickle: torch.save's format before 1.6
+            return 'in torch.save\'s legacy format, not its zip format (torch 1.6 and later): refused unread'
+        return 'not a readable params file (not a torch.save file of tensors)'
+    if total > max_bytes:
+        return (f'its records unpack to {total:,} bytes, more than the {max_bytes:,} allowed for '
+                'this model: refused unread')
+    return None
+
+
+def read_state(path, device='cpu', max_bytes=None):
     """The state_dict in the params file at `path`, or a ParamsProblem saying why there is none.
     weights_only: a params file is data, never code to run (a pickle that would run code is
-    refused); map_location: params trained on a GPU load on a machine without one."""
+    refused); map_location: params trained on a GPU load on a machine without one. max_bytes
+    (for a stranger's file): the most its records may unpack to (unpacked_size_problem)."""
     if os.path.isdir(path):
         raise ParamsProblem('is a directory, not a params file')
     if not os.path.isfile(path):
         raise ParamsProblem('file not found')
+    if max_bytes is not None:
+        problem = unpacked_size_problem(path, max_bytes)
+        if problem is not None:
+            raise ParamsProblem(problem)
     try:
         state = torch.load(path, map_location=device, weights_only=True)
     except pickle.UnpicklingError as e:

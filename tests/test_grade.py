@@ -13,6 +13,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = os.path.join(REPO, 'scripts', 'grading')
@@ -327,6 +328,39 @@ def test_params_that_do_not_load_say_why(built, tmp_path):
                                     'synthesizer.pretrain.test.predictions'}
     assert r['layout_ok']  # the files are there; what is wrong with them is in errors
     assert len(r['errors']) == 2
+
+
+def deflated_bomb(params, out, size):
+    """`params` rewritten with its first tensor's record `size` bytes of zeros, deflated: a few
+    kilobytes on disk that torch.load would allocate in full before finding them wrong."""
+    with zipfile.ZipFile(params) as src, zipfile.ZipFile(out, 'w') as z:
+        for info in src.infolist():
+            if info.filename.endswith('/data/0'):
+                z.writestr(info.filename, bytes(size), compress_type=zipfile.ZIP_DEFLATED)
+            else:
+                z.writestr(info, src.read(info))
+
+
+def test_params_whose_records_unpack_past_the_model_are_refused_unread(built, tmp_path, monkeypatch):
+    """A 2.4 KB params file made torch.load allocate 1 GiB: the inner records count, unread."""
+    folder = tmp_path / 'sub'
+    shutil.copytree(built['synthesizer'], folder)
+    deflated_bomb(built['synthesizer'] / 'vanilla.model.params', folder / 'vanilla.model.params',
+                  64 << 20)
+    on_disk = (folder / 'vanilla.model.params').stat().st_size
+    assert on_disk < (built['synthesizer'] / 'vanilla.model.params').stat().st_size + 200_000
+    legacy = torch.load(built['synthesizer'] / 'vanilla.finetune.params', weights_only=True)
+    torch.save(legacy, folder / 'vanilla.finetune.params', _use_new_zipfile_serialization=False)
+    loaded = []
+    real_load = torch.load
+    monkeypatch.setattr(torch, 'load', lambda f, *a, **k: loaded.append(str(f)) or real_load(f, *a, **k))
+    _, [r] = grade_all(built, tmp_path, folder, extra=['--skip', 'dataset', '--skip', 'reproduction'])
+    why = r['params']['vanilla.model.params']
+    assert why.startswith('its records unpack to ') and why.endswith('allowed for this model: refused unread'), why
+    assert r['params']['vanilla.finetune.params'].startswith("in torch.save's legacy format")
+    assert r['params']['synthesizer.finetune.params'] == 'ok'
+    assert not any(name.endswith(('vanilla.model.params', 'vanilla.finetune.params'))
+                   for name in loaded), loaded
 
 
 def test_unpack_refuses_links_and_special_files_in_a_folder(tmp_path):

@@ -67,6 +67,12 @@ PREDICTIONS_CAP = 1 << 20  # bytes; 500 predictions take a few kB
 SHOWN_DIFFERENCES = 3
 
 
+def params_cap(gpt):
+    """The most a params file's records may unpack to: the model's own fp32 tensors, twice over
+    (fp64 params, torch.save's per-record alignment), plus a MiB for the pickle."""
+    return 2 * sum(t.numel() * 4 for t in gpt.state_dict().values()) + (1 << 20)
+
+
 def predictions_of(params_name):
     """The predictions files a params file produced: vanilla.model.params -> the
     vanilla.nopretrain ones, X.finetune.params -> the X.pretrain ones."""
@@ -278,7 +284,7 @@ class Grader:
             variant = name.split('.')[0]
             gpt, wanted = self.model(variant)
             try:
-                state = inputs.read_state(path, 'cpu')
+                state = inputs.read_state(path, 'cpu', max_bytes=params_cap(gpt))
                 problem = inputs.params_mismatch(gpt, state, wanted)
             except inputs.ParamsProblem as e:
                 r['params'][name] = str(e)

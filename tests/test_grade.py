@@ -91,9 +91,34 @@ def test_dev_accuracy_is_the_handouts_count(built, tmp_path):
     _, [r] = grade_all(built, tmp_path, folder, extra=['--skip', 'dataset'])
     want = 100 * sum(a == b for a, b in zip(right, gold)) / DEV
     assert r['accuracy']['vanilla.pretrain.dev.predictions'] == round(want, 2)
-    assert r['thresholds']['vanilla.pretrain.dev >= 10%'] is (want >= 10)
+    verified = r['verified']['vanilla.pretrain.dev.predictions']
+    assert verified < want and r['thresholds']['vanilla.pretrain.dev >= 10%'] is (verified >= 10)
     assert r['thresholds']['synthesizer.pretrain.test >= 5%'] is None  # no test answers
     assert r['reproduced']['vanilla.pretrain.dev.predictions'] < 1
+
+
+@pytest.mark.parametrize('skip', [False, True])
+def test_thresholds_count_only_what_the_params_regenerate(built, tmp_path, skip):
+    """Dev predictions copied from the answers score 100% but pass nothing: their params
+    regenerate only the lines they would have answered anyway."""
+    folder = tmp_path / 'sub'
+    shutil.copytree(built['synthesizer'], folder)
+    gold = [line.split('\t')[1].strip() for line in
+            (built['data'] / 'birth_dev.tsv').read_text().splitlines()]
+    name = 'vanilla.pretrain.dev.predictions'
+    ours = (folder / name).read_text().splitlines()
+    (folder / name).write_text(''.join(p + '\n' for p in gold))
+    _, [r] = grade_all(built, tmp_path, folder, extra=['--skip', 'dataset']
+                       + (['--skip', 'reproduction'] if skip else []))
+    assert r['accuracy'][name] == 100
+    if skip:  # nothing to check the file against: judged as submitted
+        assert r['thresholds']['vanilla.pretrain.dev >= 10%'] is True and r['verified'] == {}
+        return
+    honest = round(100 * sum(a == b for a, b in zip(ours, gold)) / DEV, 2)
+    assert r['verified'][name] == honest < 10
+    assert r['thresholds']['vanilla.pretrain.dev >= 10%'] is False
+    assert f'vanilla.pretrain.dev >= 10%: 100% submitted, {honest:g}% from the predictions its ' \
+           'params regenerate' in r['errors']
 
 
 def test_one_changed_line_is_caught_at_that_line(built, tmp_path):
@@ -323,11 +348,14 @@ def test_params_that_do_not_load_say_why(built, tmp_path):
         'params are a synthesizer model, you asked for a vanilla model'
     assert r['params']['vanilla.finetune.params'].startswith('not a readable params file')
     assert r['params']['synthesizer.finetune.params'] == 'ok'
-    # nothing to reproduce from params that do not load
-    assert set(r['reproduced']) == {'synthesizer.pretrain.dev.predictions',
-                                    'synthesizer.pretrain.test.predictions'}
+    # nothing to reproduce from params that do not load, and no threshold passes on it
+    assert {k for k, v in r['reproduced'].items() if v is not None} == {
+        'synthesizer.pretrain.dev.predictions', 'synthesizer.pretrain.test.predictions'}
+    assert r['reproduced']['vanilla.pretrain.dev.predictions'] is None
+    assert r['thresholds']['vanilla.pretrain.dev >= 10%'] == 'not reproduced'
     assert r['layout_ok']  # the files are there; what is wrong with them is in errors
-    assert len(r['errors']) == 2
+    assert len(r['errors']) == 3 and r['errors'][2].startswith(
+        'vanilla.pretrain.dev >= 10%: fails, vanilla.finetune.params cannot regenerate'), r['errors']
 
 
 def deflated_bomb(params, out, size):

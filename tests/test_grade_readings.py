@@ -86,6 +86,27 @@ def test_the_bound_is_empirical_bernstein_and_narrower_than_hoeffding():
     assert spec_check.bernstein_half_width(gaps, width) < hoeffding / 2
 
 
+def test_a_handful_of_truncation_lengths_fails_and_the_span_start_is_only_reported(tmp_path):
+    """Two lengths, the range's two ends, and the span always at the start: the ends alone passed
+    it. Where the span starts the spec leaves free: the detail says where, nothing fails on it."""
+    text = student_datasets.source(truncate='random.choice([4, int(self.block_size * 7 / 8)])',
+                                   start='0')
+    results, _ = judged(tmp_path, text)
+    ok, detail = results['truncation_length']
+    assert ok is False and detail.startswith('only 2 distinct lengths in '), detail
+    assert others_pass(results, but=['truncation_length']) == {}, results
+    assert 'the masked content starts at 0%..0% of the truncated document' in results['rearranged'][1]
+
+
+def test_a_correct_dataset_shows_its_truncation_lengths_and_span_starts(tmp_path):
+    results, _ = judged(tmp_path, student_datasets.source())
+    assert others_pass(results) == {}, results
+    assert results['truncation_length'][1] == '4..112, 109 distinct lengths'
+    detail = results['rearranged'][1]
+    low, high = detail.split('starts at ')[1].split(' of')[0].split('..')
+    assert low == '0%' and int(high.rstrip('%')) >= 90, detail
+
+
 def test_a_third_mask_after_the_content_passes_and_is_named(tmp_path):
     results, _ = judged(tmp_path, student_datasets.source(third_mask=True))
     assert others_pass(results) == {}, results

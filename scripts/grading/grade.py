@@ -73,6 +73,12 @@ def params_cap(gpt):
     return 2 * sum(t.numel() * 4 for t in gpt.state_dict().values()) + (1 << 20)
 
 
+def predictions_params(predictions_name):
+    """The params file that produced a predictions file (the inverse of predictions_of)."""
+    variant, kind = predictions_name.split('.')[:2]
+    return f'{variant}.model.params' if kind == 'nopretrain' else f'{variant}.finetune.params'
+
+
 def predictions_of(params_name):
     """The predictions files a params file produced: vanilla.model.params -> the
     vanilla.nopretrain ones, X.finetune.params -> the X.pretrain ones."""
@@ -140,8 +146,12 @@ class Grader:
             if 'london_baseline_accuracy.txt' in submission.required_files(handout):
                 self.check_london(folder, r)
             valid = self.check_predictions(folder, handout, r)
-            self.check_params(folder, handout,
-                              valid if 'reproduction' not in self.args.skip else {}, r)
+            reproducing = 'reproduction' not in self.args.skip
+            self.check_params(folder, handout, valid if reproducing else {}, r)
+            if reproducing:  # a file whose params did not load cannot be regenerated
+                for name in valid:
+                    r['reproduced'].setdefault(name, None)
+            self.judge_thresholds(folder, handout, reproducing, r)
         if 'dataset' not in self.args.skip:  # judged whatever else is missing
             self.check_dataset(folder, handout, work, r)
         return r
@@ -227,16 +237,14 @@ class Grader:
                                   'percentage' if fraction else ''))
 
     def check_predictions(self, folder, handout, r):
-        """Accuracy and thresholds; returns {file name: its lines} of the files with one line
-        per question."""
-        valid, missing = {}, set()
+        """Accuracy; returns {file name: its lines} of the files with one line per question."""
+        valid = {}
         for name in submission.required_files(handout):
             if not name.endswith('.predictions'):
                 continue
             split = name.split('.')[-2]
             path = os.path.join(folder, name)
             if not os.path.isfile(path) or os.path.getsize(path) == 0:
-                missing.add(name)
                 continue  # named by the layout
             want = len(self.prompts[split])
             size = os.path.getsize(path)
@@ -262,17 +270,33 @@ class Grader:
                     total, correct = utils.evaluate_places(gold, lines)
                 if total:
                     r['accuracy'][name] = round(100 * correct / total, 2)
+        return valid
+
+    def judge_thresholds(self, folder, handout, reproducing, r):
+        """The handout's grading lines. A prediction counts only where the submission's params
+        regenerate it (r['verified']), so predictions copied from elsewhere pass nothing."""
         for label, name, percent in THRESHOLDS[handout]:
             split = name.split('.')[-2]
-            if name in missing:
-                r['thresholds'][label] = 'missing'
+            path = os.path.join(folder, name)
+            if not os.path.isfile(path) or os.path.getsize(path) == 0:
+                verdict = 'missing'  # named by the layout
             elif self.gold[split] is None:
-                r['thresholds'][label] = None  # no answers to judge by
+                verdict = None  # no answers to judge by
             elif name not in r['accuracy']:
-                r['thresholds'][label] = 'unreadable'  # its error says why
+                verdict = 'unreadable'  # its error says why
+            elif not reproducing:
+                verdict = r['accuracy'][name] >= percent
+            elif r['reproduced'].get(name) is None:
+                verdict = 'not reproduced'
+                r['errors'].append(f'{label}: fails, {predictions_params(name)} cannot '
+                                   'regenerate its predictions (see its params line)')
             else:
-                r['thresholds'][label] = r['accuracy'][name] >= percent
-        return valid
+                verdict = r['verified'][name] >= percent
+                if verdict != (r['accuracy'][name] >= percent):
+                    r['errors'].append(
+                        f'{label}: {r["accuracy"][name]:g}% submitted, {r["verified"][name]:g}% '
+                        f'from the predictions its params regenerate')
+            r['thresholds'][label] = verdict
 
     def check_params(self, folder, handout, valid, r):
         for name in submission.required_files(handout):
@@ -315,6 +339,16 @@ class Grader:
         ours = run.predict(gpt, self.prompts[split], self.vocab, self.device, 'fp32')
         differ = [i for i, (a, b) in enumerate(zip(submitted, ours)) if a != b]
         r['reproduced'][name] = round(1 - len(differ) / len(ours), 4)
+        gold = self.gold[split]
+        if gold is not None:  # accuracy with every line it did not regenerate counted wrong
+            unmatched = object()  # equal to no place
+            kept = list(submitted)
+            for i in differ:
+                kept[i] = unmatched
+            with contextlib.redirect_stdout(io.StringIO()):
+                total, correct = utils.evaluate_places(gold, kept)
+            if total:
+                r['verified'][name] = round(100 * correct / total, 2)
         if differ:
             r['differences'][name] = [
                 f'line {i + 1}: submitted {submitted[i][:40]!r}, regenerated {ours[i][:40]!r}'
@@ -347,7 +381,7 @@ def empty_result(path):
     """A submission's result before any check (the keys of --json, README)."""
     return dict(submission=path, handout=None, year=None, layout_ok=False, errors=[],
                 warnings=[], notes=[], extra_files=[], accuracy={}, thresholds={}, params={},
-                reproduced={}, differences={}, dataset={}, dataset_details={}, dataset_seed=None)
+                reproduced={}, verified={}, differences={}, dataset={}, dataset_details={}, dataset_seed=None)
 
 
 def _data_file(folder, name):
@@ -383,11 +417,14 @@ def summary(r):
         return (f'{r["submission"]}: {r["errors"][0] if r["errors"] else "not graded"}'
                 + (f'; dataset {passed}/{len(r["dataset"])}' if r['dataset'] else ''))
     acc = ', '.join(f'{k.replace(".predictions", "")} {v:g}%' for k, v in r['accuracy'].items())
-    rep = min(r['reproduced'].values()) if r['reproduced'] else None
+    fractions = [v for v in r['reproduced'].values() if v is not None]
+    rep = min(fractions) if fractions else None
+    lost = len(r['reproduced']) - len(fractions)
     passed = sum(ok is True for ok in r['dataset'].values())
     return (f'{r["submission"]}: {r["handout"]} ({r["year"]}), layout '
             f'{"ok" if r["layout_ok"] else "INCOMPLETE"}; {acc or "no accuracy"}; reproduced '
-            f'{"-" if rep is None else f"{rep:.0%}"} (lowest); dataset {passed}/'
+            f'{"-" if rep is None else f"{rep:.0%}"} (lowest)'
+            + (f', {lost} file(s) not regenerable' if lost else '') + f'; dataset {passed}/'
             f'{len(r["dataset"])}; {len(r["errors"])} error(s)')
 
 
@@ -420,7 +457,8 @@ def report_md(results):
         for name, status in r['params'].items():
             out.append(f'- {name}: {"loads" if status == "ok" else status}')
         for name, frac in r['reproduced'].items():
-            out.append(f'- {name} reproduced: {frac:.2%}'
+            out.append(f'- {name} reproduced: '
+                       + ('no (its params do not load)' if frac is None else f'{frac:.2%}')
                        + ''.join(f'\n  - {md(d)}' for d in r['differences'].get(name, [])))
         if r['dataset_seed'] is not None:
             out.append(f'- dataset check seed: {r["dataset_seed"]}')

@@ -312,6 +312,7 @@ def check(report, handout, docs, pairs, band=DEFAULTS['masked_band']):
     fails = {name: None for name in PROPERTIES
              if name not in ('vocab', 'name_dataset', 'masked_length_mean')}
     truncated, split = [], []  # (truncated length, document length); (masked, truncated)
+    starts = []  # where the masked content starts, as a share of the truncated length
     seen_lengths, trailing = set(), 0  # x lengths; strings with a third ⁇ after the content
     paired = 0  # draws with two ⁇ (three with the examples' trailing one)
     short_errors = {}
@@ -370,6 +371,7 @@ def check(report, handout, docs, pairs, band=DEFAULTS['masked_band']):
             continue
         if n >= SHORT:
             split.append((len(content), n))
+            starts.append(len(prefix) / n)
 
     for name, example in fails.items():
         results[name] = (example is None, example or 'every draw')
@@ -383,6 +385,11 @@ def check(report, handout, docs, pairs, band=DEFAULTS['masked_band']):
     # judged only on strings that split into prefix, suffix and masked content
     if not paired:
         results['rearranged'] = (None, 'not judged: no draw has two \u2047')
+    elif results['rearranged'][0] and starts:  # the spec leaves the start free: said, not judged
+        results['rearranged'] = (True, f'every draw; the masked content starts at '
+                                       f'{min(starts):.0%}..{max(starts):.0%} of the truncated '
+                                       f'document (mean {sum(starts) / len(starts):.0%}; the spec '
+                                       'leaves where free)')
     results['masked_length_mean'] = (masked_length_check(*zip(*split), band=band) if split else
                                      (None, 'not judged: no draw splits into prefix, suffix '
                                             'and masked content'))
@@ -407,7 +414,15 @@ def truncation_check(truncated, longest, first_failure):
     if (lo, hi) != (SHORT, longest):
         return False, (f'lengths drawn span {lo}..{hi} in {len(full)} draws of long documents, '
                        f'not {SHORT}..{longest}')
-    return True, f'{lo}..{hi}'
+    # the ends alone pass a dataset that draws a handful of lengths: a uniform draw shows about
+    # `expected` distinct ones, and any draw spread over the range shows half as many
+    span = longest - SHORT + 1
+    expected = span * (1 - (1 - 1 / span) ** len(full))
+    distinct = len(set(full))
+    if distinct < expected / 2:
+        return False, (f'only {distinct} distinct lengths in {len(full)} draws of long documents '
+                       f'(a random length in {SHORT}..{longest} shows about {expected:.0f})')
+    return True, f'{lo}..{hi}, {distinct} distinct lengths'
 
 
 def bernstein_half_width(values, width, fail_probability=FAIL_PROBABILITY):

@@ -35,7 +35,7 @@ PROPERTIES = list(spec_check.PROPERTIES)
 def built(tmp_path_factory):
     """data: the grader's data folder (40 dev, 30 test questions); synthesizer/perceiver/rope:
     complete submissions (sample_submission.py: run.py's files, zipped by
-    collect_submission.sh), unzipped, and their zips; EDITION_run: the folder of run.py's files."""
+    collect_submission.sh), unzipped, and their zips; HANDOUT_run: the folder of run.py's files."""
     root = tmp_path_factory.mktemp('grade')
     data = sample_submission.make_data(str(root / 'data'), DEV, TEST)
     sample_submission.head(os.path.join(DATA, 'birth_test_inputs.tsv'), root / 'test_answers.tsv',
@@ -570,3 +570,60 @@ def test_each_run_draws_a_fresh_corpus_recorded_and_repeatable(built, tmp_path, 
     assert f'dataset check: corpus and draws from seed {seeds[0]} (--seed {seeds[0]} repeats them)' in err
     assert rows[2]['dataset_details'] == rows[0]['dataset_details']
     assert rows[0]['dataset_details'] != rows[1]['dataset_details']
+
+
+# ---- Gradescope: the autograder zip, run against a stand-in /autograder ------------------------
+
+def test_run_autograder_grades_a_submission_into_results_json(built, tmp_path):
+    """gradescope.py build, unzipped as Gradescope does into ROOT/source, the student's files in
+    ROOT/submission, run_autograder run as Gradescope runs it (ROOT standing in for /autograder):
+    results.json holds the rubric's points for each check, every one passed."""
+    import gradescope
+    zipped = tmp_path / 'autograder.zip'
+    r = subprocess.run([sys.executable, os.path.join(SCRIPTS, 'gradescope.py'), 'build', '--out',
+                        str(zipped), '--data_dir', str(built['data']), '--test_answers',
+                        str(built['root'] / 'test_answers.tsv')],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    root = tmp_path / 'autograder'
+    with zipfile.ZipFile(zipped) as z:
+        names = z.namelist()
+        assert {'setup.sh', 'run_autograder', 'rubric.json', 'data/birth_test_answers.tsv',
+                'scripts/grading/grade.py', 'src/run.py'} <= set(names)
+        assert z.getinfo('run_autograder').external_attr >> 16 & 0o111  # executable
+        z.extractall(root / 'source')
+    shutil.copytree(built['rope'], root / 'submission')  # Gradescope unzips the upload
+    env = dict(os.environ, AUTOGRADER_ROOT=str(root), PYTHON=sys.executable)
+    extra = ['--draws', '2000'] + ([] if SANDBOX else ['--no-sandbox'])
+    r = subprocess.run(['bash', str(root / 'source' / 'run_autograder'), *extra], env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    results = json.loads((root / 'results' / 'results.json').read_text())
+    rubric = gradescope.load_rubric(os.path.join(SCRIPTS, 'rubric.json'))
+    tests = {t['name']: t for t in results['tests']}
+    assert tests['threshold: rope.pretrain.test >= 30%']['visibility'] == 'after_published'
+    assert tests['threshold: rope.pretrain.test >= 30%']['max_score'] == 10
+    assert {n.split(':')[0] for n in tests} == {'layout', 'london', 'threshold', 'params',
+                                               'reproduction', 'dataset'}
+    assert len([n for n in tests if n.startswith('dataset:')]) == len(PROPERTIES)
+    for t in results['tests']:  # every field Gradescope reads, and the points the rubric gives
+        assert set(t) == {'name', 'score', 'max_score', 'status', 'output', 'visibility'}
+        points = rubric.get(t['name'], rubric[t['name'].split(':')[0]])[0]
+        assert t['max_score'] == points
+        assert t['score'] == (points if t['status'] == 'passed' else 0)
+    # the tiny sample models answer London: the thresholds fail, everything else passes
+    failed = sorted(n for n, t in tests.items() if t['status'] != 'passed')
+    assert all(n.startswith('threshold: ') for n in failed), failed
+    assert results['score'] == sum(t['score'] for t in results['tests'])
+
+
+def test_gradescope_results_say_why_when_nothing_can_be_graded(built, tmp_path):
+    """A setup the grader refuses still leaves a results.json (zero, and the reason) for the
+    student to read, instead of Gradescope's bare 'autograder failed'."""
+    out = tmp_path / 'results.json'
+    status = grade.main([str(built['synthesizer_zip']), '--data_dir', str(tmp_path / 'none'),
+                         '--gradescope', str(out)])
+    assert status == 2
+    results = json.loads(out.read_text())
+    assert results['score'] == 0 and results['tests'] == []
+    assert 'could not grade this submission: --data_dir' in results['output']

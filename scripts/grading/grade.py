@@ -41,6 +41,7 @@ from tqdm import tqdm  # noqa: E402
 
 import datafiles  # noqa: E402
 import devices  # noqa: E402
+import gradescope  # noqa: E402
 import inputs  # noqa: E402
 import paths  # noqa: E402
 import run  # noqa: E402
@@ -514,6 +515,11 @@ def parse_args(argv=None):
                                            'one line per line of birth_test_inputs.tsv)')
     ap.add_argument('--json', help='write the results here: a JSON list, one object per submission')
     ap.add_argument('--out', help='folder for report.md and report.csv')
+    ap.add_argument('--gradescope', metavar='FILE',
+                    help='write Gradescope\'s results.json for the one SUBMISSION (gradescope.py '
+                         'builds the autograder that passes it)')
+    ap.add_argument('--rubric', default=gradescope.RUBRIC,
+                    help='points per check for --gradescope (default %(default)s)')
     ap.add_argument('--data_dir', default=datafiles.DATA,
                     help='folder with wiki.txt, birth_dev.tsv and birth_test_inputs.tsv '
                          '(default: the repository\'s data/)')
@@ -566,10 +572,18 @@ def check_args(args):
     reads = [('SUBMISSION', p) for p in args.submissions]
     if args.test_answers is not None:
         reads.append(('--test_answers', args.test_answers))
-    if args.json is not None:
-        problem = paths.output_problem(args.json, reads)
+    for flag in ('json', 'gradescope'):
+        path = getattr(args, flag)
+        problem = None if path is None else paths.output_problem(path, reads)
         if problem is not None:
-            raise UsageError(f'--json {args.json}: {problem}')
+            raise UsageError(f'--{flag} {path}: {problem}')
+    if args.gradescope is not None:
+        if len(args.submissions) != 1:
+            raise UsageError(f'--gradescope grades one SUBMISSION, not {len(args.submissions)}')
+        try:
+            args.rubric_points = gradescope.load_rubric(args.rubric)
+        except gradescope.RubricError as e:
+            raise UsageError(str(e))
     if args.out is not None:
         problem = paths.out_folder_problem(args.out)
         if problem is None and os.path.isdir(args.out):
@@ -598,6 +612,8 @@ def main(argv=None):
         grader = Grader(args)
     except UsageError as e:
         print(f'error: {e}', file=sys.stderr)
+        if args.gradescope is not None and not str(e).startswith('--gradescope'):
+            gradescope.write_results(args.gradescope, gradescope.failure_results(str(e)))
         return 2
     if fresh and 'dataset' not in args.skip:
         print(f'dataset check: corpus and draws from seed {args.seed} (--seed {args.seed} '
@@ -617,6 +633,12 @@ def main(argv=None):
             tqdm.write(summary(r))
     if args.json is not None:
         write_text(args.json, json.dumps(results, indent=1, ensure_ascii=False) + '\n')
+    if args.gradescope is not None:
+        if len(results) == 1:
+            graded = gradescope.results_json(results[0], args.rubric_points)
+        else:
+            graded = gradescope.failure_results(f'{len(results)} submissions found in one upload')
+        gradescope.write_results(args.gradescope, graded)
     if args.out is not None:
         os.makedirs(args.out, exist_ok=True)
         write_text(os.path.join(args.out, 'report.md'), report_md(results))

@@ -1,7 +1,8 @@
 """Grade submissions of the assignment, as course staff would (or a student before uploading).
 
     python scripts/grading/grade.py SUBMISSION [SUBMISSION ...] [--handout synthesizer|perceiver|rope]
-        [--test_answers FILE] [--json FILE] [--out DIR] [--data_dir DIR]
+        [--test_answers FILE] [--json FILE] [--out DIR] [--data_dir DIR] [--jobs N]
+        [--gradescope results.json [--rubric FILE]]
 
 A SUBMISSION is a zip (collect_submission.sh's), an unzipped folder, or a folder of zips. Per
 submission:
@@ -20,11 +21,13 @@ reason, and grading goes on. Nothing is written outside the grader's temporary f
 --out. Exit status: 0 every submission graded (whatever its grades), 1 the grader failed on
 one, 2 bad usage.
 """
+import concurrent.futures
 import contextlib
 import csv
 import io
 import json
 import math
+import multiprocessing
 import os
 import random
 import re
@@ -393,6 +396,66 @@ def _data_file(folder, name):
     return path
 
 
+def grade_one(grader, path, work):
+    """(row, whether the grader failed): its own fault is a row too, and the run goes on."""
+    failed = False
+    try:
+        r = grader.grade(path, work)
+    except Exception as e:
+        r, failed = empty_result(path), True
+        r['errors'].append(f'grader error: {type(e).__name__}: {e}')
+    shutil.rmtree(work, ignore_errors=True)
+    return r, failed
+
+
+_WORKER = None  # a --jobs process's own Grader
+
+
+def _start_worker(args, threads):
+    global _WORKER
+    torch.set_grad_enabled(False)
+    torch.set_num_threads(threads)  # the jobs share the cores, not each take them all
+    _WORKER = Grader(args)
+
+
+def _grade_in_worker(path, work):
+    return grade_one(_WORKER, path, work)
+
+
+def grade_all(grader, args, found, tmp):
+    """(rows of `found` in its order, how many the grader failed on): one at a time, or --jobs
+    processes at once (each with its own Grader from the same args and seed: the same rows)."""
+    bar = tqdm(total=len(found), desc='grading', unit='submission', file=sys.stderr)
+    works = [os.path.join(tmp, str(i)) for i in range(len(found))]
+    results, failed = [None] * len(found), 0
+    if args.jobs == 1 or len(found) == 1:
+        for i, path in enumerate(found):
+            results[i], bad = grade_one(grader, path, works[i])
+            failed += bad
+            tqdm.write(summary(results[i]))
+            bar.update()
+        bar.close()
+        return results, failed
+    # spawn, not fork: a forked child inherits torch's thread pools mid-state
+    threads = max(1, (os.cpu_count() or 1) // args.jobs)
+    with concurrent.futures.ProcessPoolExecutor(
+            args.jobs, mp_context=multiprocessing.get_context('spawn'),
+            initializer=_start_worker, initargs=(args, threads)) as pool:
+        futures = {pool.submit(_grade_in_worker, path, works[i]): i for i, path in enumerate(found)}
+        for future in concurrent.futures.as_completed(futures):
+            i = futures[future]
+            try:
+                results[i], bad = future.result()
+            except Exception as e:  # the worker process itself died
+                results[i], bad = empty_result(found[i]), True
+                results[i]['errors'].append(f'grader error: {type(e).__name__}: {e}')
+            failed += bad
+            tqdm.write(summary(results[i]))
+            bar.update()
+    bar.close()
+    return results, failed
+
+
 def find_submissions(paths_given):
     """The submissions named on the command line: a folder holding zips and no submission files
     stands for its zips."""
@@ -525,6 +588,9 @@ def parse_args(argv=None):
                          '(default: the repository\'s data/)')
     ap.add_argument('--device', choices=('auto', 'cpu', 'cuda'), default='auto',
                     help='where the predictions are regenerated')
+    ap.add_argument('--jobs', type=int, default=1,
+                    help='submissions graded at once, each in its own process (default 1; the '
+                         'results are those of one at a time)')
     ap.add_argument('--skip', action='append', choices=('reproduction', 'dataset'), default=[],
                     help='leave out a check (repeatable): its key in --json stays empty')
     ap.add_argument('--no_sandbox', '--no-sandbox', action='store_true',
@@ -552,6 +618,8 @@ def parse_args(argv=None):
 
 
 def check_args(args):
+    if args.jobs < 1:
+        raise UsageError(f'--jobs must be at least 1, not {args.jobs}')
     try:
         submission.refuse_edition_flag(args)
     except submission.SubmissionError as e:
@@ -618,19 +686,8 @@ def main(argv=None):
     if fresh and 'dataset' not in args.skip:
         print(f'dataset check: corpus and draws from seed {args.seed} (--seed {args.seed} '
               'repeats them)', file=sys.stderr)
-    results, failed = [], 0
     with tempfile.TemporaryDirectory(prefix='grade-') as tmp:
-        for i, path in enumerate(tqdm(found, desc='grading', unit='submission', file=sys.stderr)):
-            work = os.path.join(tmp, str(i))
-            try:
-                r = grader.grade(path, work)
-            except Exception as e:  # the grader's own fault: say so, go on with the others
-                failed += 1
-                r = empty_result(path)
-                r['errors'].append(f'grader error: {type(e).__name__}: {e}')
-            shutil.rmtree(work, ignore_errors=True)
-            results.append(r)
-            tqdm.write(summary(r))
+        results, failed = grade_all(grader, args, found, tmp)
     if args.json is not None:
         write_text(args.json, json.dumps(results, indent=1, ensure_ascii=False) + '\n')
     if args.gradescope is not None:

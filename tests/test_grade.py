@@ -162,6 +162,18 @@ def test_a_broken_dataset_fails_exactly_that_property(built, tmp_path, prop):
     assert 'document' in r['dataset_details'][prop] or 'mean gap' in r['dataset_details'][prop]
 
 
+def test_the_file_src_dataset_py_is_judged_not_a_package_beside_it(built, tmp_path):
+    """Python's `import dataset` prefers a package src/dataset/ to src/dataset.py: the probe
+    imports the file the spec names, and the row says the package is there."""
+    folder = tmp_path / 'sub'
+    shutil.copytree(built['synthesizer'], folder)
+    (folder / 'src' / 'dataset').mkdir()
+    (folder / 'src' / 'dataset' / '__init__.py').write_text('raise SystemExit("the package")\n')
+    _, [r] = grade_all(built, tmp_path, folder, extra=['--skip', 'reproduction'])
+    assert r['dataset'] == {p: True for p in PROPERTIES}, r['dataset_details']
+    assert any(w.startswith('src/dataset/ (a package) is beside src/dataset.py') for w in r['warnings'])
+
+
 def test_a_rope_submission_graded_as_2021_23_is_named_as_such(built, tmp_path):
     status, [r] = grade_all(built, tmp_path, built['rope_zip'],
                             extra=['--handout', 'synthesizer', '--skip', 'reproduction'])

@@ -11,6 +11,7 @@ JSON object to the file descriptor it was started with as stdout. It judges noth
 checks the properties on this plain data, so a dataset.py that writes to that descriptor itself
 can only make its own report unreadable.
 """
+import importlib.util
 import json
 import os
 import random
@@ -58,7 +59,11 @@ def probe(request):
     """The report on the submission's src/dataset.py (imported from the working directory)."""
     try:
         sys.path.insert(0, os.path.abspath('src'))
-        import dataset
+        # the file itself: `import dataset` would take a package src/dataset/ beside it
+        spec = importlib.util.spec_from_file_location('dataset', os.path.join('src', 'dataset.py'))
+        dataset = importlib.util.module_from_spec(spec)
+        sys.modules['dataset'] = dataset
+        spec.loader.exec_module(dataset)
     except BaseException as e:  # SystemExit too: a module that exits on import
         return error('import dataset', e)
     return draw(request, dataset)

@@ -375,6 +375,9 @@ class Grader:
             else:
                 results, warnings = spec_check.check(report, handout, docs, pairs,
                                                      self.args.masked_band)
+        if os.path.isdir(os.path.join(src, 'dataset')):
+            warnings.append('src/dataset/ (a package) is beside src/dataset.py: dataset.py was '
+                            'judged, but a bare `import dataset` gets the package')
         r['warnings'] += warnings
         r['dataset'] = {p: ok for p, (ok, _) in results.items()}
         r['dataset_seed'] = self.args.seed

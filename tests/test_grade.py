@@ -365,6 +365,7 @@ def test_params_that_do_not_load_say_why(built, tmp_path):
         'synthesizer.pretrain.dev.predictions', 'synthesizer.pretrain.test.predictions'}
     assert r['reproduced']['vanilla.pretrain.dev.predictions'] is None
     assert r['thresholds']['vanilla.pretrain.dev >= 10%'] == 'not reproduced'
+    assert 'reproduced 100% (lowest), 4 file(s) not regenerable' in grade.summary(r)
     assert r['layout_ok']  # the files are there; what is wrong with them is in errors
     assert len(r['errors']) == 3 and r['errors'][2].startswith(
         'vanilla.pretrain.dev >= 10%: fails, vanilla.finetune.params cannot regenerate'), r['errors']

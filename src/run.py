@@ -174,8 +174,13 @@ def check_args(args):
         inputs.check_log_folder(tensorboard_dir(args))
 
 
+def bottleneck_of(args):
+    """--bottleneck_dim where the variant has one (the perceiver), else None."""
+    return args.bottleneck_dim if 'bottleneck_dim' in model.VARIANTS[args.variant] else None
+
+
 def describe_model(args):
-    if 'bottleneck_dim' in model.VARIANTS[args.variant]:
+    if bottleneck_of(args) is not None:
         return f'a perceiver model with bottleneck_dim {args.bottleneck_dim}'
     return f'a {args.variant} model'
 
@@ -234,7 +239,7 @@ def write_record(args, output, device, **used):
                   edition=args.edition, commit=utils.source_commit(), torch=torch_version,
                   device=str(device), seed=args.seed,
                   reading_params_path=args.reading_params_path,
-                  bottleneck_dim=args.bottleneck_dim if 'bottleneck_dim' in model.VARIANTS[args.variant] else None,
+                  bottleneck_dim=bottleneck_of(args),
                   **used, seconds=round(time.time() - START, 1))
 
     def write(tmp):

@@ -63,6 +63,10 @@ def view(line, kind, rng):
     if kind == 'born':  # the name, then the sentence from its first "born" on
         at = rest.lower().find('born')
         return f'{name} ' + (rest[at:] if at >= 0 else rest)
+    if kind == 'borndrop':  # the born view with each word after "born" kept with probability 1/2
+        at = rest.lower().find('born')
+        head, *tail = (rest[at:] if at >= 0 else rest).split(' ')
+        return f'{name} ' + ' '.join([head] + [w for w in tail if rng.random() < 0.5])
     raise ValueError(kind)
 
 
@@ -95,9 +99,24 @@ class Mix(torch.utils.data.Dataset):
         return self.encode(lead + text, len(lead))
 
 
-def stored(gpt, vocab, wiki_lines, eval_lines):
-    """Share of eval people whose own line, given up to the place, is continued by the place."""
+def born_view_probes(found):
+    """probes() in the `born` view's form: the name, then the line from its first "born" up to
+    the place (people whose place comes before any "born" are left out)."""
+    out = []
+    for name, before, place in found:
+        rest = before[len(name) + 2:]
+        at = rest.lower().find('born')
+        if at >= 0:
+            out.append((name, f'{name} ' + rest[at:], place))
+    return out
+
+
+def stored(gpt, vocab, wiki_lines, eval_lines, form='line'):
+    """Share of eval people whose own text, given up to the place, is continued by the place:
+    form 'line' the wiki.txt line as it is, 'born' the born view of it (what that mix trains)."""
     found = probes(wiki_lines, eval_lines)
+    if form == 'born':
+        found = born_view_probes(found)
     hits = 0
     for length in sorted({len(p) for _, _, p in found}):
         group = [f for f in found if len(f[2]) == length]
@@ -114,9 +133,23 @@ def extracted(gpt, vocab, eval_lines):
     return sum(a == p for a, (_, p) in zip(answers, questions)) / len(questions), answers
 
 
+def finetune(gpt, wiki_lines, train_q, vocab, args):
+    """The training questions alone (loss on the answer), args.finetune_epochs passes' worth of
+    them at args.finetune_lr, decayed as the handout's finetuning."""
+    length = args.finetune_epochs * len(train_q)
+    questions = Mix(wiki_lines, train_q, vocab.stoi, ['line'], 1.0, length)
+    row = (presets.BLOCK_SIZE - 1) * args.batch_size
+    steps = -(-length // args.batch_size)
+    tconf = trainer.TrainerConfig(max_epochs=1, batch_size=args.batch_size,
+                                  learning_rate=args.finetune_lr, lr_decay=True,
+                                  warmup_tokens=0, final_tokens=steps * row, precision='auto',
+                                  log_every=50)
+    trainer.Trainer(gpt, questions, None, tconf).train()
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    ap.add_argument('--views', default='suffix', help='comma-separated: line, suffix, drop, born')
+    ap.add_argument('--views', default='suffix', help='comma-separated: line, suffix, drop, born, borndrop')
     ap.add_argument('--question_share', type=float, default=0.25)
     ap.add_argument('--steps', type=int, default=2000)
     ap.add_argument('--batch_size', type=int, default=64)
@@ -127,6 +160,12 @@ def main(argv=None):
     ap.add_argument('--seed', type=int, default=0)
     ap.add_argument('--dev', action='store_true', help='also measure dev (only for a kept recipe)')
     ap.add_argument('--out', required=True)
+    ap.add_argument('--remeasure', action='store_true',
+                    help='pretrain nothing: start from OUT/model.params (result.json updated, or '
+                         'with --finetune_epochs a new OUT/finetune-N/)')
+    ap.add_argument('--finetune_epochs', type=int, default=0,
+                    help='after the mix, this many epochs of the training questions alone')
+    ap.add_argument('--finetune_lr', type=float, default=6e-4)
     args = ap.parse_args(argv)
 
     torch.manual_seed(args.seed)
@@ -137,6 +176,31 @@ def main(argv=None):
     train_q, val_q = split_questions([l for l in train_lines if l.strip()])
     sizes = dict(presets.model_values('cpu-20min'), n_embd=args.n_embd, n_layer=args.n_layer)
     gpt = model.GPT(model.config_for('vanilla', vocab.vocab_size, presets.BLOCK_SIZE, **sizes))
+    if args.remeasure:
+        with open(os.path.join(args.out, 'result.json'), encoding='utf-8') as f:
+            result = json.load(f)
+        gpt.load_state_dict(torch.load(os.path.join(args.out, 'model.params'), weights_only=True))
+        if args.finetune_epochs:
+            start = time.time()
+            finetune(gpt, wiki_lines, train_q, vocab, args)
+            args.out = os.path.join(args.out, f'finetune-{args.finetune_epochs}')
+            os.makedirs(args.out, exist_ok=True)
+            result = dict(result, finetune_epochs=args.finetune_epochs,
+                          finetune_lr=args.finetune_lr,
+                          finetune_minutes=round((time.time() - start) / 60, 2))
+            gpt.eval()
+            result['extracted_val'], answers = extracted(gpt, vocab, val_q)
+            result['extracted_train200'] = extracted(gpt, vocab,
+                                                     random.Random(1).sample(train_q, 200))[0]
+            with open(os.path.join(args.out, 'val.predictions'), 'w', encoding='utf-8') as f:
+                f.write('\n'.join(answers) + '\n')
+        gpt.eval()
+        result['stored_val_born'], result['stored_val_born_n'] = stored(
+            gpt, vocab, wiki_lines, val_q, 'born')
+        with open(os.path.join(args.out, 'result.json'), 'w', encoding='utf-8') as f:
+            json.dump(result, f, indent=1)
+        print(json.dumps(result))
+        return
     mix = Mix(wiki_lines, train_q, vocab.stoi, args.views.split(','), args.question_share,
               args.steps * args.batch_size)
     row = (presets.BLOCK_SIZE - 1) * args.batch_size
@@ -152,6 +216,8 @@ def main(argv=None):
     result = dict(vars(args), minutes=round(minutes, 2), machine=torch.backends.cpu.get_cpu_capability(),
                   threads=torch.get_num_threads())
     result['stored_val'], result['stored_val_n'] = stored(gpt, vocab, wiki_lines, val_q)
+    result['stored_val_born'], result['stored_val_born_n'] = stored(gpt, vocab, wiki_lines, val_q,
+                                                                    'born')
     result['extracted_val'], answers = extracted(gpt, vocab, val_q)
     train_sample = random.Random(1).sample(train_q, 200)
     result['extracted_train200'] = extracted(gpt, vocab, train_sample)[0]

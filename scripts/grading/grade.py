@@ -54,17 +54,6 @@ import unpack  # noqa: E402
 import utils  # noqa: E402
 from utils import UsageError  # noqa: E402
 
-# (threshold name, predictions file, percent) per handout: the handouts' grading lines
-THRESHOLDS = {
-    'synthesizer': [('vanilla.pretrain.dev >= 10%', 'vanilla.pretrain.dev.predictions', 10),
-                    ('synthesizer.pretrain.test >= 5%', 'synthesizer.pretrain.test.predictions', 5)],
-    'perceiver': [('vanilla.pretrain.dev >= 10%', 'vanilla.pretrain.dev.predictions', 10),
-                  ('perceiver.pretrain.dev >= 6%', 'perceiver.pretrain.dev.predictions', 6),
-                  ('perceiver.pretrain.test >= 5%', 'perceiver.pretrain.test.predictions', 5)],
-    'rope': [('vanilla.pretrain.dev >= 15%', 'vanilla.pretrain.dev.predictions', 15),
-             ('rope.pretrain.test >= 30%', 'rope.pretrain.test.predictions', 30)],
-}
-THRESHOLD_FILES = {label: name for rows in THRESHOLDS.values() for label, name, _ in rows}
 LONDON = 'london_baseline_accuracy.txt'
 HANDOUT_BOTTLENECK = 64  # the perceiver handout's commands pass --bottleneck_dim 64
 PREDICTIONS_CAP = 1 << 20  # bytes; 500 predictions take a few kB
@@ -149,13 +138,13 @@ class Grader:
             self.check_layout(folder, handout, r)
             if 'london_baseline_accuracy.txt' in submission.required_files(handout):
                 self.check_london(folder, r)
-            valid = self.check_predictions(folder, handout, r)
+            valid, missing = self.check_predictions(folder, handout, r)
             reproducing = 'reproduction' not in self.args.skip
             self.check_params(folder, handout, valid if reproducing else {}, r)
             if reproducing:  # a file whose params did not load cannot be regenerated
                 for name in valid:
                     r['reproduced'].setdefault(name, None)
-            self.judge_thresholds(folder, handout, reproducing, r)
+            self.judge_thresholds(handout, missing, reproducing, r)
         if 'dataset' not in self.args.skip:  # judged whatever else is missing
             self.check_dataset(folder, handout, work, r)
         return r
@@ -241,14 +230,16 @@ class Grader:
                                   'percentage' if fraction else ''))
 
     def check_predictions(self, folder, handout, r):
-        """Accuracy; returns {file name: its lines} of the files with one line per question."""
-        valid = {}
+        """Accuracy; returns ({file name: its lines} of the files with one line per question,
+        the names of those missing or empty)."""
+        valid, missing = {}, set()
         for name in submission.required_files(handout):
             if not name.endswith('.predictions'):
                 continue
             split = name.split('.')[-2]
             path = os.path.join(folder, name)
             if not os.path.isfile(path) or os.path.getsize(path) == 0:
+                missing.add(name)
                 continue  # named by the layout
             want = len(self.prompts[split])
             size = os.path.getsize(path)
@@ -274,15 +265,14 @@ class Grader:
                     total, correct = utils.evaluate_places(gold, lines)
                 if total:
                     r['accuracy'][name] = round(100 * correct / total, 2)
-        return valid
+        return valid, missing
 
-    def judge_thresholds(self, folder, handout, reproducing, r):
+    def judge_thresholds(self, handout, missing, reproducing, r):
         """The handout's grading lines. A prediction counts only where the submission's params
         regenerate it (r['verified']), so predictions copied from elsewhere pass nothing."""
-        for label, name, percent in THRESHOLDS[handout]:
+        for label, name, percent in submission.THRESHOLDS[handout]:
             split = name.split('.')[-2]
-            path = os.path.join(folder, name)
-            if not os.path.isfile(path) or os.path.getsize(path) == 0:
+            if name in missing:
                 verdict = 'missing'  # named by the layout
             elif self.gold[split] is None:
                 verdict = None  # no answers to judge by
@@ -401,14 +391,18 @@ def _data_file(folder, name):
 
 def grade_one(grader, path, work):
     """(row, whether the grader failed): its own fault is a row too, and the run goes on."""
-    failed = False
     try:
-        r = grader.grade(path, work)
+        outcome = grader.grade(path, work), False
     except Exception as e:
-        r, failed = empty_result(path), True
-        r['errors'].append(f'grader error: {type(e).__name__}: {e}')
+        outcome = grader_error(path, e), True
     shutil.rmtree(work, ignore_errors=True)
-    return r, failed
+    return outcome
+
+
+def grader_error(path, e):
+    r = empty_result(path)
+    r['errors'].append(f'grader error: {type(e).__name__}: {e}')
+    return r
 
 
 _WORKER = None  # a --jobs process's own Grader
@@ -428,17 +422,22 @@ def _grade_in_worker(path, work):
 def grade_all(grader, args, found, tmp):
     """(rows of `found` in its order, how many the grader failed on): one at a time, or --jobs
     processes at once (each with its own Grader from the same args and seed: the same rows)."""
-    bar = tqdm(total=len(found), desc='grading', unit='submission', file=sys.stderr)
     works = [os.path.join(tmp, str(i)) for i in range(len(found))]
     results, failed = [None] * len(found), 0
+    with tqdm(total=len(found), desc='grading', unit='submission', file=sys.stderr) as bar:
+        for i, (row, bad) in graded(grader, args, found, works):
+            results[i], failed = row, failed + bad
+            tqdm.write(summary(row))
+            bar.update()
+    return results, failed
+
+
+def graded(grader, args, found, works):
+    """(index, (row, whether the grader failed)) for each submission, as each is done."""
     if args.jobs == 1 or len(found) == 1:
         for i, path in enumerate(found):
-            results[i], bad = grade_one(grader, path, works[i])
-            failed += bad
-            tqdm.write(summary(results[i]))
-            bar.update()
-        bar.close()
-        return results, failed
+            yield i, grade_one(grader, path, works[i])
+        return
     # spawn, not fork: a forked child inherits torch's thread pools mid-state
     threads = max(1, (os.cpu_count() or 1) // args.jobs)
     with concurrent.futures.ProcessPoolExecutor(
@@ -448,15 +447,10 @@ def grade_all(grader, args, found, tmp):
         for future in concurrent.futures.as_completed(futures):
             i = futures[future]
             try:
-                results[i], bad = future.result()
+                outcome = future.result()
             except Exception as e:  # the worker process itself died
-                results[i], bad = empty_result(found[i]), True
-                results[i]['errors'].append(f'grader error: {type(e).__name__}: {e}')
-            failed += bad
-            tqdm.write(summary(results[i]))
-            bar.update()
-    bar.close()
-    return results, failed
+                outcome = grader_error(found[i], e), True
+            yield i, outcome
 
 
 def find_submissions(paths_given):
@@ -516,7 +510,7 @@ def report_md(results):
         for name, value in r['accuracy'].items():
             out.append(f'- {name}: {value:g}%')
         for name, ok in r['thresholds'].items():
-            figure = r['accuracy'].get(THRESHOLD_FILES[name])
+            figure = r['accuracy'].get(submission.THRESHOLD_FILES[name])
             verdict = ('not judged (no --test_answers)' if ok is None else ok if isinstance(ok, str)
                        else 'pass' if ok else 'FAIL')
             out.append(f'- threshold {name}: {verdict}'

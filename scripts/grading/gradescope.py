@@ -22,11 +22,15 @@ import json
 import math
 import os
 import sys
-import tempfile
-import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, 'src'))
+sys.path.insert(0, HERE)
+import datafiles  # noqa: E402
+import paths  # noqa: E402
+import submission  # noqa: E402
+import utils  # noqa: E402
 RUBRIC = os.path.join(HERE, 'rubric.json')
 AUTOGRADER = os.path.join(HERE, 'autograder')  # setup.sh and run_autograder
 GROUPS = ('layout', 'london', 'threshold', 'params', 'reproduction', 'dataset')
@@ -88,8 +92,8 @@ def checks(r):
         out.append(('london: london_baseline_accuracy.txt', not any(e in r['errors'] for e in london),
                     '; '.join(london) or 'the London baseline\'s dev accuracy'))
     for label, verdict in r['thresholds'].items():
-        figure = r['verified'].get(label.split(' ')[0] + '.predictions',
-                                   r['accuracy'].get(label.split(' ')[0] + '.predictions'))
+        name = submission.THRESHOLD_FILES[label]
+        figure = r['verified'].get(name, r['accuracy'].get(name))
         said = [e for e in r['errors'] if e.startswith(label)]
         text = ('not judged (no answers for it)' if verdict is None else
                 verdict if isinstance(verdict, str) else f'{figure:g}%' if figure is not None else '')
@@ -128,10 +132,10 @@ def results_json(r, rubric):
 
 def write_results(path, results):
     """results.json written whole or not at all (Gradescope reads a half-written one as a crash)."""
-    fd, tmp = tempfile.mkstemp(prefix='.results.', dir=os.path.dirname(os.path.abspath(path)))
-    with os.fdopen(fd, 'w', encoding='utf-8', errors='backslashreplace') as f:
-        json.dump(results, f, indent=1, ensure_ascii=False)
-    os.replace(tmp, path)
+    def write(tmp):
+        with open(tmp, 'w', encoding='utf-8', errors='backslashreplace') as f:
+            json.dump(results, f, indent=1, ensure_ascii=False)
+    utils.atomic_write(path, write)
 
 
 def failure_results(message):
@@ -143,9 +147,6 @@ def failure_results(message):
 def build(out, test_answers=None, rubric=RUBRIC, allow_unsandboxed=False, data_dir=None):
     """The autograder zip: setup.sh and run_autograder at its root, the grader (src/ and
     scripts/grading/), data/ (with the held-out test answers) and rubric.json."""
-    sys.path.insert(0, os.path.join(REPO, 'src'))
-    import datafiles
-    import paths
     load_rubric(rubric)  # refuse a bad rubric now, not on Gradescope
     data_dir = data_dir or datafiles.DATA
     members = []
@@ -169,8 +170,6 @@ def build(out, test_answers=None, rubric=RUBRIC, allow_unsandboxed=False, data_d
         members.append((test_answers, f'data/{TEST_ANSWERS}'))
     members.append((rubric, 'rubric.json'))
     texts = [(ALLOW_UNSANDBOXED, 'run_autograder passes --no-sandbox\n')] if allow_unsandboxed else []
-    sys.path.insert(0, HERE)
-    import submission
     problem = paths.output_problem(out, [(name, path) for path, name in members])
     if problem is not None:
         raise RubricError(f'--out {out}: {problem}')

@@ -51,6 +51,20 @@ EDITION_FILE = 'src/edition.txt'
 EDITION_OF = {'synthesizer': '2021-23', 'perceiver': '2021-23', 'rope': '2024-25'}
 
 
+# (threshold name, predictions file, percent) per handout: the handouts' grading lines (grade.py
+# judges them)
+THRESHOLDS = {
+    'synthesizer': [('vanilla.pretrain.dev >= 10%', 'vanilla.pretrain.dev.predictions', 10),
+                    ('synthesizer.pretrain.test >= 5%', 'synthesizer.pretrain.test.predictions', 5)],
+    'perceiver': [('vanilla.pretrain.dev >= 10%', 'vanilla.pretrain.dev.predictions', 10),
+                  ('perceiver.pretrain.dev >= 6%', 'perceiver.pretrain.dev.predictions', 6),
+                  ('perceiver.pretrain.test >= 5%', 'perceiver.pretrain.test.predictions', 5)],
+    'rope': [('vanilla.pretrain.dev >= 15%', 'vanilla.pretrain.dev.predictions', 15),
+             ('rope.pretrain.test >= 30%', 'rope.pretrain.test.predictions', 30)],
+}
+THRESHOLD_FILES = {label: name for rows in THRESHOLDS.values() for label, name, _ in rows}
+
+
 class SubmissionError(Exception):
     """Bad usage or an unclear handout: one `error:` line, exit status 2."""
 

@@ -20,7 +20,7 @@ import sys
 import torch
 
 from cpu_load import BUSY_SHARE, LoadMeter, cpu_times
-from devices import bf16_supported
+from devices import bf16_supported, pick_precision
 from utils import atomic_write
 
 PATH_CACHE_FORMAT = 'cs224n-minGPT measured CPU paths, 2'  # 2: each choice with its figures
@@ -121,8 +121,8 @@ def median(values):
 
 class ChoosePaths:
     """The trainer's extra for precision 'auto': before the first epoch, on a CPU, the measured
-    choice (above) is set on the trainer and the model; on a GPU, bf16 where it has it. With a
-    precision given and nothing measured, the attention path follows a rule instead: under bf16
+    choice (above) is set on the trainer and the model; on a GPU, fp32 (devices.pick_precision).
+    With a precision given and nothing measured, the attention path follows a rule instead: under bf16
     autocast on a CPU the written-out math, whose forward and backward were the faster where it
     was measured; fp32 keeps the kernel (docs/speed.md, "Figures behind the code")."""
 
@@ -134,7 +134,7 @@ class ChoosePaths:
                 trainer.model.set_cpu_attention_path(False, unset_only=True)
             return
         if trainer.device.type != 'cpu':
-            trainer.precision = 'bf16' if bf16_supported(trainer.device) else 'fp32'
+            trainer.precision = pick_precision('auto', trainer.device, training=True)
             return
         raw_model = trainer.model
         candidates = cpu_candidates(raw_model)

@@ -180,14 +180,13 @@ def test_a_sigterm_to_the_whole_process_group_with_workers_still_writes_the_chec
                     reason='no CUDA device here (on a GPU machine: bash scripts/gpu_check.sh)')
 def test_run_py_end_to_end_on_cuda(tmp_path):
     """The handout's commands on the GPU as run_all gives them, before the assignment stage meets
-    them: pretraining with bf16 (where the GPU has it) and the GPU's 4 DataLoader workers,
+    them: pretraining in the default precision (fp32 on a GPU) and the GPU's 4 DataLoader workers,
     stopped by a SIGTERM to its whole process group (as timeout sends it), resumed to the end;
     finetuning; evaluation of the dev questions (one prediction per question, the accuracy
     line)."""
     write_inputs(tmp_path)
     (tmp_path / 'dev.tsv').write_text(tsv(DEV), encoding='utf-8')
-    precision = 'bf16' if torch.cuda.is_bf16_supported() else 'fp32'
-    gpu = ['--batch_size', '8', '--device', 'cuda', '--precision', precision, '--num_workers', '4']
+    gpu = ['--batch_size', '8', '--device', 'cuda', '--num_workers', '4']
     pretrain = ['pretrain', 'vanilla', 'corpus.txt', '--writing_params_path', 'pt.params',
                 '--max_epochs', '400'] + gpu
     err = open(tmp_path / 'stderr.log', 'w', encoding='utf-8')

@@ -5,14 +5,18 @@ Before the first epoch a few training steps are timed (and undone: Trainer.timed
 epochs that fit are kept, at most the max_epochs asked for; final_tokens is scaled like the epochs,
 so the cosine keeps its shape and reaches its floor at the last step. After every epoch the
 epochs left are fitted again to the time left, at the pace the epochs have run (a few timed
-steps can mislead, and a machine gets busier or idler), and when that changes the plan, the rest
-of the cosine is laid over the new number of epochs from where the schedule stands (the learning
-rate goes on smoothly, and the last step is at the floor). The plan changes only when it matters:
-it shrinks when the epochs planned would end past the budget less half its margin, and grows when
-at least GROW more epochs fit, so a pace that wavers by a few percent leaves it alone. The run
+steps can mislead, and a machine gets busier or idler): the mean epoch since the pace last
+changed (Pace), so that one slow epoch among many short ones (a GPU's 0.3 s epochs with a 0.5 s
+one now and then) moves nothing. When that changes the plan, the rest of the cosine is laid over
+the new number of epochs from where the schedule stands (the learning rate goes on smoothly, and
+the last step is at the floor). The plan changes only when it matters, judged at the pace less
+or plus its uncertainty (Pace.error): it shrinks when the epochs planned would end past the
+budget less half its margin, and grows when at least GROW more epochs fit, so a pace that wavers
+leaves it alone. The run
 trains the number of epochs it printed last. A budgeted run that fits every epoch is the
 unbudgeted run.
 """
+import statistics
 import time
 
 import distributed
@@ -25,6 +29,36 @@ GROW = 0.05  # a plan grows by this share of its epochs or more (and at least 2)
 def epochs_that_fit(seconds, epoch_seconds, budget):
     """Whole epochs of `epoch_seconds` within `seconds`, less the margin of a `budget`."""
     return int((seconds - MARGIN * budget) // epoch_seconds)
+
+
+class Pace:
+    """Seconds per epoch now: the mean of the epochs since the pace last changed. A change is
+    the mean of the last RECENT epochs lying more than SIGMAS standard errors from the mean of
+    the epochs before them (their spread, at least FLOOR of their mean): a machine that got busy
+    or idle shows within RECENT epochs, a stray slow epoch never."""
+    RECENT, SIGMAS, FLOOR = 4, 4.0, 0.02
+
+    def __init__(self):
+        self.times, self.since = [], 0
+
+    def add(self, seconds):
+        self.times.append(seconds)
+        before, recent = self.times[self.since:-self.RECENT], self.times[-self.RECENT:]
+        if len(before) >= 2:
+            mean = statistics.fmean(before)
+            spread = max(statistics.stdev(before), self.FLOOR * mean)
+            if abs(statistics.fmean(recent) - mean) > self.SIGMAS * spread / self.RECENT ** 0.5:
+                self.since = len(self.times) - self.RECENT
+
+    def seconds(self):
+        return statistics.fmean(self.times[self.since:])
+
+    def error(self):
+        """How far seconds() may be off: its standard error, and at least half the mean over the
+        number of epochs (a first epoch, often the slowest, or two say little of the rest)."""
+        times = self.times[self.since:]
+        n, mean = len(times), statistics.fmean(times)
+        return max(2 * statistics.stdev(times) / n ** 0.5 if n > 1 else 0.0, mean / (2 * n))
 
 
 class TimeBudget:
@@ -40,12 +74,12 @@ class TimeBudget:
         self.start = config.start_time if config.start_time is not None else self.clock()
         if not config.resume:  # a resumed run continues the plan its checkpoint holds
             self.plan(trainer)
-        self.epoch_start, self.epoch_times = self.clock(), []
+        self.epoch_start, self.pace = self.clock(), Pace()
 
     def on_epoch_end(self, trainer, epoch):
         """Fit the epochs left to the time left; True (stop) when not one more fits."""
         now = self.clock()
-        self.epoch_times.append(now - self.epoch_start)
+        self.pace.add(now - self.epoch_start)
         self.epoch_start = now
         return self.replan(trainer, epoch + 1)
 
@@ -88,19 +122,21 @@ class TimeBudget:
         schedule.max_epochs = epochs
 
     def replan(self, trainer, done):
-        """After `done` epochs: the epochs that fit in the time left at the pace so far (the
-        slower of the last epoch and the mean), the rest of the schedule laid over them."""
+        """After `done` epochs: the epochs that fit in the time left at the pace now (Pace), the
+        rest of the schedule laid over them."""
         config, schedule = trainer.config, trainer.schedule
         if done >= schedule.max_epochs:
             return False
-        pace = max(self.epoch_times[-1], sum(self.epoch_times) / len(self.epoch_times))
+        pace, error = self.pace.seconds(), self.pace.error()
         left = self.left(trainer)
         fit = max(epochs_that_fit(left, pace, config.time_budget), 0)
         epochs = min(done + fit, schedule.asked[0])
         planned = schedule.max_epochs
-        if epochs < planned and (planned - done) * pace <= left - MARGIN / 2 * config.time_budget:
+        # act on the pace only where its uncertainty (a few epochs' mean) cannot explain the change
+        if epochs < planned and (planned - done) * (pace - error) <= left - MARGIN / 2 * config.time_budget:
             epochs = planned  # the plan still ends inside the budget (in half of its margin)
-        if planned < epochs < planned + max(2, GROW * planned):
+        surely = done + max(epochs_that_fit(left, pace + error, config.time_budget), 0)
+        if planned < epochs and surely < planned + max(2, GROW * planned):
             epochs = planned  # a few more epochs would fit: a faster epoch or two is no trend
         epochs = int(distributed.agree(epochs, trainer.device, 'min'))  # the fewest any rank can
         if epochs == schedule.max_epochs:

@@ -20,6 +20,12 @@ atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 os.environ['CS224N_PATH_CACHE'] = os.path.join(_CACHE, 'cpu_paths.json')
 os.environ['CS224N_WAIT_POLICY'] = 'default'
 
+# Under pytest-xdist (scripts/test.sh: -n auto) each worker, and every process it starts, gets its
+# share of the cores: two workers each spinning two OpenMP threads on two cores wait on each other.
+_WORKERS = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1'))
+if _WORKERS > 1 and 'OMP_NUM_THREADS' not in os.environ:
+    os.environ['OMP_NUM_THREADS'] = str(max(1, (os.cpu_count() or 1) // _WORKERS))
+
 # Made-up people and places for tiny corpora and TSVs (the CLI tests train on these)
 PEOPLE = [('Ada Brook', 'London'), ('Ben Carter', 'Paris'), ('Cleo Dunn', 'Berlin'),
           ('Dan Evans', 'Rome'), ('Eve Fox', 'Madrid'), ('Finn Gray', 'Dublin'),

@@ -134,10 +134,12 @@ def extracted(gpt, vocab, eval_lines):
 
 
 def finetune(gpt, wiki_lines, train_q, vocab, args):
-    """The training questions alone (loss on the answer), args.finetune_epochs passes' worth of
-    them at args.finetune_lr, decayed as the handout's finetuning."""
-    length = args.finetune_epochs * len(train_q)
-    questions = Mix(wiki_lines, train_q, vocab.stoi, ['line'], 1.0, length)
+    """args.finetune_epochs passes' worth of the training questions (loss on the answer) at
+    args.finetune_lr, decayed as the handout's finetuning; with args.finetune_share < 1 every
+    batch also holds the mix's views (the questions args.finetune_share of it)."""
+    length = round(args.finetune_epochs * len(train_q) / args.finetune_share)
+    questions = Mix(wiki_lines, train_q, vocab.stoi, args.views.split(','), args.finetune_share,
+                    length)
     row = (presets.BLOCK_SIZE - 1) * args.batch_size
     steps = -(-length // args.batch_size)
     tconf = trainer.TrainerConfig(max_epochs=1, batch_size=args.batch_size,
@@ -166,6 +168,9 @@ def main(argv=None):
     ap.add_argument('--finetune_epochs', type=int, default=0,
                     help='after the mix, this many epochs of the training questions alone')
     ap.add_argument('--finetune_lr', type=float, default=6e-4)
+    ap.add_argument('--finetune_share', type=float, default=1.0,
+                    help='the questions\' share of each finetuning batch; the rest are --views '
+                         '(1: the questions alone)')
     args = ap.parse_args(argv)
 
     torch.manual_seed(args.seed)
@@ -183,10 +188,11 @@ def main(argv=None):
         if args.finetune_epochs:
             start = time.time()
             finetune(gpt, wiki_lines, train_q, vocab, args)
-            args.out = os.path.join(args.out, f'finetune-{args.finetune_epochs}')
+            args.out = os.path.join(args.out, f'finetune-{args.finetune_epochs}' + (
+                f'-share{args.finetune_share:g}' if args.finetune_share < 1 else ''))
             os.makedirs(args.out, exist_ok=True)
             result = dict(result, finetune_epochs=args.finetune_epochs,
-                          finetune_lr=args.finetune_lr,
+                          finetune_lr=args.finetune_lr, finetune_share=args.finetune_share,
                           finetune_minutes=round((time.time() - start) / 60, 2))
             gpt.eval()
             result['extracted_val'], answers = extracted(gpt, vocab, val_q)

@@ -189,7 +189,8 @@ def main(argv=None):
             start = time.time()
             finetune(gpt, wiki_lines, train_q, vocab, args)
             args.out = os.path.join(args.out, f'finetune-{args.finetune_epochs}' + (
-                f'-share{args.finetune_share:g}' if args.finetune_share < 1 else ''))
+                f'-share{args.finetune_share:g}' if args.finetune_share < 1 else '') + (
+                f'-lr{args.finetune_lr:g}' if args.finetune_lr != 6e-4 else ''))
             os.makedirs(args.out, exist_ok=True)
             result = dict(result, finetune_epochs=args.finetune_epochs,
                           finetune_lr=args.finetune_lr, finetune_share=args.finetune_share,

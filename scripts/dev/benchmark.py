@@ -15,7 +15,7 @@ pretraining/finetuning batch sizes, e.g. the CPU recipe's).
          DataLoader workers on a GPU, timed after the first step; trailing padding dropped,
          scaled_dot_product_attention (on a CPU with dropout the written-out math:
          CausalSelfAttention.cpu_math), on a CPU the precision and attention path precision 'auto' measures fastest
-         on this machine, bf16 autocast on a GPU that has it, fused AdamW on CUDA,
+         on this machine, fp32 on a GPU (run.py's default there), fused AdamW on CUDA,
          fastpath.Dropout's cheaper draws on a CPU).
 Evaluation: the 500 dev questions, the handout's one-question `utils.sample` loop on the plain
 model vs decode.greedy_complete on the fast one (the same weights), with a check that the
@@ -100,7 +100,7 @@ def fast_steps(gpt, data, batch, steps, device, compile_model, path=None):
     path: a CPU candidate (precision, attention kernel) to force; None: the default."""
     # the warm-up run makes run.py's default choice: on a CPU, precision 'auto' measures the
     # candidates (and attention paths) and keeps the fastest; the timed run takes that choice
-    precision = 'auto' if device == 'cpu' else ('bf16' if bf16_supported(device) else 'fp32')
+    precision = devices.pick_precision('auto', device, training=True)
     if path is not None:
         precision = path[0]
         gpt.set_cpu_attention_path(path[1])

@@ -33,6 +33,7 @@ from recall_probe import probes  # noqa: E402
 VAL_PEOPLE = 200
 SPLIT_SEED = 224
 LEAD = 'Where was '
+FINETUNE_LR = 6e-4  # the handout's finetuning learning rate
 
 
 def split_questions(lines):
@@ -133,6 +134,17 @@ def extracted(gpt, vocab, eval_lines):
     return sum(a == p for a, (_, p) in zip(answers, questions)) / len(questions), answers
 
 
+def train_steps(gpt, data, steps, learning_rate, warmup_steps, batch_size):
+    """`steps` batches of `data` (one pass), the learning rate warmed up over `warmup_steps` and
+    decayed by the cosine to its floor at the last step."""
+    row = (presets.BLOCK_SIZE - 1) * batch_size
+    tconf = trainer.TrainerConfig(max_epochs=1, batch_size=batch_size,
+                                  learning_rate=learning_rate, lr_decay=True,
+                                  warmup_tokens=warmup_steps * row, final_tokens=steps * row,
+                                  precision='auto', log_every=50)
+    trainer.Trainer(gpt, data, None, tconf).train()
+
+
 def finetune(gpt, wiki_lines, train_q, vocab, args):
     """args.finetune_epochs passes' worth of the training questions (loss on the answer) at
     args.finetune_lr, decayed as the handout's finetuning; with args.finetune_share < 1 every
@@ -140,13 +152,27 @@ def finetune(gpt, wiki_lines, train_q, vocab, args):
     length = round(args.finetune_epochs * len(train_q) / args.finetune_share)
     questions = Mix(wiki_lines, train_q, vocab.stoi, args.views.split(','), args.finetune_share,
                     length)
-    row = (presets.BLOCK_SIZE - 1) * args.batch_size
-    steps = -(-length // args.batch_size)
-    tconf = trainer.TrainerConfig(max_epochs=1, batch_size=args.batch_size,
-                                  learning_rate=args.finetune_lr, lr_decay=True,
-                                  warmup_tokens=0, final_tokens=steps * row, precision='auto',
-                                  log_every=50)
-    trainer.Trainer(gpt, questions, None, tconf).train()
+    train_steps(gpt, questions, -(-length // args.batch_size), args.finetune_lr, 0,
+                args.batch_size)
+
+
+def measure_extraction(gpt, vocab, val_q, train_q, result):
+    """The held-out questions and 200 training ones answered, into `result`; the held-out
+    answers."""
+    result['extracted_val'], answers = extracted(gpt, vocab, val_q)
+    result['extracted_train200'] = extracted(gpt, vocab, random.Random(1).sample(train_q, 200))[0]
+    return answers
+
+
+def write_lines(path, lines):
+    with open(path, 'w', encoding='utf-8') as f:
+        f.write('\n'.join(lines) + '\n')
+
+
+def write_result(out, result):
+    with open(os.path.join(out, 'result.json'), 'w', encoding='utf-8') as f:
+        json.dump(result, f, indent=1)
+    print(json.dumps(result))
 
 
 def main(argv=None):
@@ -167,7 +193,7 @@ def main(argv=None):
                          'with --finetune_epochs a new OUT/finetune-N/)')
     ap.add_argument('--finetune_epochs', type=int, default=0,
                     help='after the mix, this many epochs of the training questions alone')
-    ap.add_argument('--finetune_lr', type=float, default=6e-4)
+    ap.add_argument('--finetune_lr', type=float, default=FINETUNE_LR)
     ap.add_argument('--finetune_share', type=float, default=1.0,
                     help='the questions\' share of each finetuning batch; the rest are --views '
                          '(1: the questions alone)')
@@ -190,34 +216,24 @@ def main(argv=None):
             finetune(gpt, wiki_lines, train_q, vocab, args)
             args.out = os.path.join(args.out, f'finetune-{args.finetune_epochs}' + (
                 f'-share{args.finetune_share:g}' if args.finetune_share < 1 else '') + (
-                f'-lr{args.finetune_lr:g}' if args.finetune_lr != 6e-4 else ''))
+                f'-lr{args.finetune_lr:g}' if args.finetune_lr != FINETUNE_LR else ''))
             os.makedirs(args.out, exist_ok=True)
             result = dict(result, finetune_epochs=args.finetune_epochs,
                           finetune_lr=args.finetune_lr, finetune_share=args.finetune_share,
                           finetune_minutes=round((time.time() - start) / 60, 2))
             gpt.eval()
-            result['extracted_val'], answers = extracted(gpt, vocab, val_q)
-            result['extracted_train200'] = extracted(gpt, vocab,
-                                                     random.Random(1).sample(train_q, 200))[0]
-            with open(os.path.join(args.out, 'val.predictions'), 'w', encoding='utf-8') as f:
-                f.write('\n'.join(answers) + '\n')
+            write_lines(os.path.join(args.out, 'val.predictions'),
+                        measure_extraction(gpt, vocab, val_q, train_q, result))
         gpt.eval()
         result['stored_val_born'], result['stored_val_born_n'] = stored(
             gpt, vocab, wiki_lines, val_q, 'born')
-        with open(os.path.join(args.out, 'result.json'), 'w', encoding='utf-8') as f:
-            json.dump(result, f, indent=1)
-        print(json.dumps(result))
+        write_result(args.out, result)
         return
     mix = Mix(wiki_lines, train_q, vocab.stoi, args.views.split(','), args.question_share,
               args.steps * args.batch_size)
-    row = (presets.BLOCK_SIZE - 1) * args.batch_size
-    tconf = trainer.TrainerConfig(max_epochs=1, batch_size=args.batch_size,
-                                  learning_rate=args.learning_rate, lr_decay=True,
-                                  warmup_tokens=args.warmup_steps * row,
-                                  final_tokens=args.steps * row, precision='auto', log_every=50)
     os.makedirs(args.out, exist_ok=True)
     start = time.time()
-    trainer.Trainer(gpt, mix, None, tconf).train()
+    train_steps(gpt, mix, args.steps, args.learning_rate, args.warmup_steps, args.batch_size)
     minutes = (time.time() - start) / 60
     gpt.eval()
     result = dict(vars(args), minutes=round(minutes, 2), machine=torch.backends.cpu.get_cpu_capability(),
@@ -225,21 +241,15 @@ def main(argv=None):
     result['stored_val'], result['stored_val_n'] = stored(gpt, vocab, wiki_lines, val_q)
     result['stored_val_born'], result['stored_val_born_n'] = stored(gpt, vocab, wiki_lines, val_q,
                                                                     'born')
-    result['extracted_val'], answers = extracted(gpt, vocab, val_q)
-    train_sample = random.Random(1).sample(train_q, 200)
-    result['extracted_train200'] = extracted(gpt, vocab, train_sample)[0]
+    answers = measure_extraction(gpt, vocab, val_q, train_q, result)
     if args.dev:
         dev = [l for l in open(resolve('birth_dev.tsv', 'dev'), encoding='utf-8').read().splitlines() if l]
         result['stored_dev'] = stored(gpt, vocab, wiki_lines, dev)[0]
         result['dev'], dev_answers = extracted(gpt, vocab, dev)
-        with open(os.path.join(args.out, 'dev.predictions'), 'w', encoding='utf-8') as f:
-            f.write('\n'.join(dev_answers) + '\n')
-    with open(os.path.join(args.out, 'val.predictions'), 'w', encoding='utf-8') as f:
-        f.write('\n'.join(answers) + '\n')
-    with open(os.path.join(args.out, 'result.json'), 'w', encoding='utf-8') as f:
-        json.dump(result, f, indent=1)
+        write_lines(os.path.join(args.out, 'dev.predictions'), dev_answers)
+    write_lines(os.path.join(args.out, 'val.predictions'), answers)
     torch.save(gpt.state_dict(), os.path.join(args.out, 'model.params'))
-    print(json.dumps(result))
+    write_result(args.out, result)
 
 
 if __name__ == '__main__':

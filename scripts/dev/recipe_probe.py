@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import random
+import re
 import sys
 import time
 
@@ -33,6 +34,8 @@ from recall_probe import probes  # noqa: E402
 VAL_PEOPLE = 200
 SPLIT_SEED = 224
 LEAD = 'Where was '
+MONTHS = {m.lower() for m in ('January February March April May June July August September '
+                              'October November December').split()}
 FINETUNE_LR = 6e-4  # the handout's finetuning learning rate
 
 
@@ -51,6 +54,22 @@ def name_and_rest(line):
     return name, rest
 
 
+def undated(text):
+    """`text` without its dates: words holding a digit or naming a month are dropped, so a place
+    that followed a date follows the words before it (no place is read)."""
+    return ' '.join(w for w in text.split(' ')
+                    if not any(c.isdigit() for c in w) and w.strip('.,;:()').lower() not in MONTHS)
+
+
+BORN = re.compile(r'\bborn\b', re.IGNORECASE)  # the word: not the end of "Osborn"
+
+
+def born_cut(rest):
+    """`rest` from its first word "born" on (all of it where there is none)."""
+    match = BORN.search(rest)
+    return rest[match.start():] if match else rest
+
+
 def view(line, kind, rng):
     """A view of one wiki.txt line, cut at characters or word boundaries only."""
     if kind == 'line':
@@ -62,11 +81,11 @@ def view(line, kind, rng):
     if kind == 'drop':  # the name, then each word of the sentence kept with probability 1/2
         return f'{name}. ' + ' '.join(w for w in words if rng.random() < 0.5)
     if kind == 'born':  # the name, then the sentence from its first "born" on
-        at = rest.lower().find('born')
-        return f'{name} ' + (rest[at:] if at >= 0 else rest)
+        return f'{name} ' + born_cut(rest)
+    if kind == 'bornplain':  # the born view without dates: the place keyed on the name alone
+        return f'{name} ' + undated(born_cut(rest))
     if kind == 'borndrop':  # the born view with each word after "born" kept with probability 1/2
-        at = rest.lower().find('born')
-        head, *tail = (rest[at:] if at >= 0 else rest).split(' ')
+        head, *tail = born_cut(rest).split(' ')
         return f'{name} ' + ' '.join([head] + [w for w in tail if rng.random() < 0.5])
     raise ValueError(kind)
 
@@ -106,18 +125,21 @@ def born_view_probes(found):
     out = []
     for name, before, place in found:
         rest = before[len(name) + 2:]
-        at = rest.lower().find('born')
-        if at >= 0:
-            out.append((name, f'{name} ' + rest[at:], place))
+        if BORN.search(rest):
+            out.append((name, f'{name} ' + born_cut(rest), place))
     return out
 
 
 def stored(gpt, vocab, wiki_lines, eval_lines, form='line'):
     """Share of eval people whose own text, given up to the place, is continued by the place:
-    form 'line' the wiki.txt line as it is, 'born' the born view of it (what that mix trains)."""
+    form 'line' the wiki.txt line as it is, 'born' the born view of it (what that mix trains),
+    'bornplain' that view without its dates."""
     found = probes(wiki_lines, eval_lines)
-    if form == 'born':
+    if form in ('born', 'bornplain'):
         found = born_view_probes(found)
+    if form == 'bornplain':
+        found = [(n, undated(b[:-1]) + b[-1:] if b.endswith(' ') else undated(b), p)
+                 for n, b, p in found]
     hits = 0
     for length in sorted({len(p) for _, _, p in found}):
         group = [f for f in found if len(f[2]) == length]
@@ -177,7 +199,7 @@ def write_result(out, result):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    ap.add_argument('--views', default='suffix', help='comma-separated: line, suffix, drop, born, borndrop')
+    ap.add_argument('--views', default='suffix', help='comma-separated: line, suffix, drop, born, bornplain, borndrop')
     ap.add_argument('--question_share', type=float, default=0.25)
     ap.add_argument('--steps', type=int, default=2000)
     ap.add_argument('--batch_size', type=int, default=64)
@@ -241,6 +263,7 @@ def main(argv=None):
     result['stored_val'], result['stored_val_n'] = stored(gpt, vocab, wiki_lines, val_q)
     result['stored_val_born'], result['stored_val_born_n'] = stored(gpt, vocab, wiki_lines, val_q,
                                                                     'born')
+    result['stored_val_bornplain'] = stored(gpt, vocab, wiki_lines, val_q, 'bornplain')[0]
     answers = measure_extraction(gpt, vocab, val_q, train_q, result)
     if args.dev:
         dev = [l for l in open(resolve('birth_dev.tsv', 'dev'), encoding='utf-8').read().splitlines() if l]

@@ -61,6 +61,7 @@ def undated(text):
                     if not any(c.isdigit() for c in w) and w.strip('.,;:()').lower() not in MONTHS)
 
 
+SHORT = 40
 BORN = re.compile(r'\bborn\b', re.IGNORECASE)  # the word: not the end of "Osborn"
 
 
@@ -84,6 +85,10 @@ def view(line, kind, rng):
         return f'{name} ' + born_cut(rest)
     if kind == 'bornplain':  # the born view without dates: the place keyed on the name alone
         return f'{name} ' + undated(born_cut(rest))
+    if kind == 'bornshort':  # bornplain cut to its words within SHORT characters after the name
+        # (a batch costs its longest row; most places end within 40 characters of "born")
+        text = undated(born_cut(rest))
+        return f'{name} ' + (text[:SHORT + 1].rsplit(' ', 1)[0] if len(text) > SHORT else text)
     if kind == 'borndrop':  # the born view with each word after "born" kept with probability 1/2
         head, *tail = born_cut(rest).split(' ')
         return f'{name} ' + ' '.join([head] + [w for w in tail if rng.random() < 0.5])
@@ -91,13 +96,15 @@ def view(line, kind, rng):
 
 
 class Mix(torch.utils.data.Dataset):
-    """`length` examples, each a view of a random line (led by LEAD half the time; the lead's
-    targets are PAD) or, with probability `share`, a training question (the handout's
-    NameDataset example: loss on the answer only)."""
+    """`length` examples, each a view of a random line (led by LEAD with probability lead_share;
+    the lead's targets are PAD) or, with probability `share`, a training question (the
+    handout's NameDataset example: loss on the answer only)."""
 
-    def __init__(self, wiki_lines, questions, stoi, kinds, share, length, block=presets.BLOCK_SIZE):
+    def __init__(self, wiki_lines, questions, stoi, kinds, share, length, block=presets.BLOCK_SIZE,
+                 lead_share=0.5):
         self.lines, self.questions, self.stoi = wiki_lines, questions, stoi
         self.kinds, self.share, self.length, self.block = kinds, share, length, block
+        self.lead_share = lead_share
 
     def __len__(self):
         return self.length
@@ -115,7 +122,7 @@ class Mix(torch.utils.data.Dataset):
             question, place = rng.choice(self.questions).split('\t')
             return self.encode(question + MASK_CHAR + place + MASK_CHAR, len(question))
         text = view(rng.choice(self.lines), rng.choice(self.kinds), rng)
-        lead = LEAD if rng.random() < 0.5 else ''
+        lead = LEAD if rng.random() < self.lead_share else ''
         return self.encode(lead + text, len(lead))
 
 
@@ -133,10 +140,12 @@ def born_view_probes(found):
 def stored(gpt, vocab, wiki_lines, eval_lines, form='line'):
     """Share of eval people whose own text, given up to the place, is continued by the place:
     form 'line' the wiki.txt line as it is, 'born' the born view of it (what that mix trains),
-    'bornplain' that view without its dates."""
+    'bornplain' that view without its dates, 'name born in' the name then "born in"."""
     found = probes(wiki_lines, eval_lines)
-    if form in ('born', 'bornplain'):
+    if form in ('born', 'bornplain', 'name born in'):
         found = born_view_probes(found)
+    if form == 'name born in':  # the name alone before the place: what a question gives
+        found = [(n, f'{n} born in ', p) for n, _, p in found]
     if form == 'bornplain':
         found = [(n, undated(b[:-1]) + b[-1:] if b.endswith(' ') else undated(b), p)
                  for n, b, p in found]
@@ -173,7 +182,7 @@ def finetune(gpt, wiki_lines, train_q, vocab, args):
     batch also holds the mix's views (the questions args.finetune_share of it)."""
     length = round(args.finetune_epochs * len(train_q) / args.finetune_share)
     questions = Mix(wiki_lines, train_q, vocab.stoi, args.views.split(','), args.finetune_share,
-                    length)
+                    length, lead_share=args.lead_share)
     train_steps(gpt, questions, -(-length // args.batch_size), args.finetune_lr, 0,
                 args.batch_size)
 
@@ -199,8 +208,10 @@ def write_result(out, result):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    ap.add_argument('--views', default='suffix', help='comma-separated: line, suffix, drop, born, bornplain, borndrop')
+    ap.add_argument('--views', default='suffix', help='comma-separated: line, suffix, drop, born, bornplain, bornshort, borndrop')
     ap.add_argument('--question_share', type=float, default=0.25)
+    ap.add_argument('--lead_share', type=float, default=0.5,
+                    help='the share of views led by "Where was "')
     ap.add_argument('--steps', type=int, default=2000)
     ap.add_argument('--batch_size', type=int, default=64)
     ap.add_argument('--learning_rate', type=float, default=3e-3)
@@ -252,7 +263,7 @@ def main(argv=None):
         write_result(args.out, result)
         return
     mix = Mix(wiki_lines, train_q, vocab.stoi, args.views.split(','), args.question_share,
-              args.steps * args.batch_size)
+              args.steps * args.batch_size, lead_share=args.lead_share)
     os.makedirs(args.out, exist_ok=True)
     start = time.time()
     train_steps(gpt, mix, args.steps, args.learning_rate, args.warmup_steps, args.batch_size)
@@ -264,6 +275,7 @@ def main(argv=None):
     result['stored_val_born'], result['stored_val_born_n'] = stored(gpt, vocab, wiki_lines, val_q,
                                                                     'born')
     result['stored_val_bornplain'] = stored(gpt, vocab, wiki_lines, val_q, 'bornplain')[0]
+    result['stored_val_name_born_in'] = stored(gpt, vocab, wiki_lines, val_q, 'name born in')[0]
     answers = measure_extraction(gpt, vocab, val_q, train_q, result)
     if args.dev:
         dev = [l for l in open(resolve('birth_dev.tsv', 'dev'), encoding='utf-8').read().splitlines() if l]

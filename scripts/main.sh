@@ -3,8 +3,8 @@
 # on birth_places_train.tsv, evaluated on the dev and test sets (the handout's part f commands).
 #
 #   bash scripts/main.sh            on a GPU: the handout's full schedule;
-#                                   without one: the `cpu-20min` preset (the CPU recipe in 20
-#                                   minutes: as many epochs as fit on this machine)
+#                                   without one: the `cpu-20min` preset (mixed training of a
+#                                   smaller model in 20 minutes: as many epochs as fit here)
 #   bash scripts/main.sh --full     the handout's full schedule whatever the machine
 #   bash scripts/main.sh --preset NAME   any preset of src/presets.py
 # Outputs (handout file names) go to runs/main/; tensorboard logs to runs/main/expt/; the loss
@@ -26,10 +26,10 @@ if [ -z "$preset" ]; then
     preset=handout
   else
     preset=cpu-20min
-    echo "No GPU found: running the 'cpu-20min' preset: the CPU recipe (not the handout's schedule),"
-    echo "pretraining as many epochs as end in 17 minutes here, finetuning in 2. On a 2-core AVX2 EPYC"
-    echo "that is 23 epochs and 4.4% dev, below the London baseline's 5% (results/cpu-budget/);"
-    echo "--preset cpu-45min pretrains longer; --full runs the handout's schedule."
+    echo "No GPU found: running the 'cpu-20min' preset, NOT the handout's model or data: a 128-wide"
+    echo "model pretrained for 17 minutes on short views of each wiki.txt line mixed with the training"
+    echo "questions, then one epoch more of the mix (src/presets.py, docs/cpu-recipe.md);"
+    echo "--full runs the handout's schedule."
   fi
 fi
 

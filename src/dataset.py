@@ -1,5 +1,6 @@
 import argparse
 import random
+import re
 
 import torch
 from torch.utils.data import Dataset
@@ -182,6 +183,60 @@ class LeadInDataset(Dataset):
         x, y = self.examples[idx]
         x = torch.cat([self.lead, x])[:self.length]
         y = torch.cat([self.lead_targets, y])[:self.length]
+        return x, y
+
+
+MONTHS = frozenset('january february march april may june july august september october '
+                   'november december'.split())
+BORN = re.compile(r'\bborn\b', re.IGNORECASE)  # the word, not the end of "Osborn"
+VIEW_CHARS = 40
+
+
+def born_view(document, chars=VIEW_CHARS):
+    """A short view of one corpus line `NAME. sentence`: the name, then the sentence from its
+    first word "born" on (all of it where there is none), without the words that hold a digit or
+    name a month, cut to its words within `chars` characters.
+    Why (docs/cpu-recipe.md): a place that follows a date is learnt under the date, which no
+    question holds; without the dates it follows the name, as in a question. Most places end
+    within 40 characters of "born", and a batch costs its longest row. Only the line's words,
+    "born" and the dates are looked at: never a place."""
+    name, _, sentence = document.partition('. ')
+    match = BORN.search(sentence)
+    text = sentence[match.start():] if match else sentence
+    text = ' '.join(w for w in text.split(' ') if not any(c.isdigit() for c in w)
+                    and w.strip('.,;:()').lower() not in MONTHS)
+    if len(text) > chars:
+        text = text[:chars + 1].rsplit(' ', 1)[0]
+    return f'{name} {text}'
+
+
+class BornViewMix(Dataset):
+    """Mixed training (Allen-Zhu and Li, Physics of Language Models 3.1): each example is, with
+    probability `question_share`, a training question as the NameDataset gives it (loss on the
+    answer only), else `lead` + the born_view of a random line of the pretraining corpus (the
+    lead's targets PAD). The questions teach how a question reads a person's stored facts; the
+    views store every person's, under the name where a question puts it.
+    Not the handout's: the CPU presets' pretraining (presets.py). Examples are drawn with
+    `random`, which the trainer seeds for every batch; an epoch is as many examples as give
+    each line one view on average."""
+    def __init__(self, pretraining_dataset, questions, question_share, lead):
+        self.lines = [line for line in pretraining_dataset.data if line.strip()]
+        self.questions, self.share = questions, question_share
+        self.stoi = pretraining_dataset.stoi
+        self.length = pretraining_dataset.block_size - 1  # the NameDataset's, in every edition
+        self.lead = lead
+        self.size = round(len(self.lines) / (1 - question_share))
+
+    def __len__(self):
+        return self.size
+
+    def __getitem__(self, idx):
+        if random.random() < self.share:
+            return self.questions[random.randrange(len(self.questions))]
+        text = self.lead + born_view(random.choice(self.lines)) + PAD_CHAR * self.length
+        ids = torch.tensor([self.stoi[c] for c in text[:self.length + 1]], dtype=torch.long)
+        x, y = ids[:-1], ids[1:].clone()
+        y[:max(0, len(self.lead) - 1)] = self.stoi[PAD_CHAR]
         return x, y
 
 

@@ -139,6 +139,10 @@ def check_args(args):
             raise UsageError(f'{args.function} needs --{flag}')
     args.finetune_path = resolve(args.finetune_corpus_path, '--finetune_corpus_path') \
         if args.function == 'finetune' else None
+    mix = presets.mix(args.preset)
+    if args.function == 'pretrain' and mix is not None:  # the mix's questions
+        args.finetune_path = resolve(args.finetune_corpus_path or mix['questions'],
+                                     '--finetune_corpus_path')
     args.eval_path = resolve(args.eval_corpus_path, '--eval_corpus_path') \
         if args.function == 'evaluate' else None
     # no output may be an input, or another output (the resumable checkpoint beside the params)
@@ -305,6 +309,16 @@ def tensorboard_dir(args):
     return 'expt/%s/%s_pt_lr_%f_ft_lr_%f' % (args.function, name, pretrain_lr, finetune_lr)
 
 
+def mixed(pretrain_dataset, questions, mix, args):
+    """The preset's mixed training set (dataset.BornViewMix), said out loud: it is not the
+    handout's."""
+    if distributed.rank() == 0:
+        print(f'the {args.preset} preset trains on short views of {args.pretrain_corpus_path} '
+              f'mixed with the questions of {args.finetune_path} ({mix["question_share"]:.0%} of '
+              f'each batch): not the handout\'s data (src/presets.py)', flush=True)
+    return dataset.BornViewMix(pretrain_dataset, questions, mix['question_share'], mix['lead'])
+
+
 def run(args):
     check_args(args)  # everything the run will need, before spending any time on it
     device = distributed.init(devices.pick_device(args.device))
@@ -314,13 +328,19 @@ def run(args):
 
     # read and check the other inputs before building anything (none of this draws random numbers,
     # so the model's initialisation is the handout's)
+    mix = presets.mix(args.preset)
     if args.function == 'finetune':
         finetune_dataset = inputs.read_finetune(args.finetune_path, pretrain_dataset)
         stage = 'finetune_pretrained' if args.reading_params_path is not None else 'finetune_scratch'
         lead = presets.rehearsal_lead(args.preset)
-        if lead is not None and stage == 'finetune_pretrained':
+        if mix is not None and stage == 'finetune_pretrained':
+            finetune_dataset = mixed(pretrain_dataset, finetune_dataset, mix, args)
+        elif lead is not None and stage == 'finetune_pretrained':
             finetune_dataset = ConcatDataset([finetune_dataset,
                                               dataset.LeadInDataset(pretrain_dataset, lead)])
+    elif args.function == 'pretrain' and mix is not None:
+        pretrain_data = mixed(pretrain_dataset,
+                              inputs.read_finetune(args.finetune_path, pretrain_dataset), mix, args)
     elif args.function == 'evaluate':
         prompts, gold_lines = inputs.read_evaluation(args.eval_path, pretrain_dataset.stoi,
                                                      args.strict)
@@ -332,10 +352,14 @@ def run(args):
     writer = None if distributed.rank() != 0 else utils.LazyWriter(tensorboard_dir(args))
     try:
         if args.function == 'pretrain':
-            train(gpt, pretrain_dataset, args, 'pretrain', len(pretrain_dataset), args.pretrain_lr,
+            data = pretrain_dataset if mix is None else pretrain_data
+            train(gpt, data, args, 'pretrain', len(data), args.pretrain_lr,
                   device, writer, args.writing_params_path)
         elif args.function == 'finetune':
-            train(gpt, finetune_dataset, args, stage, len(pretrain_dataset), args.finetune_lr,
+            # the handout's schedule counts the pretraining corpus's length; a mix, its own
+            length = len(finetune_dataset) if isinstance(finetune_dataset, dataset.BornViewMix) \
+                else len(pretrain_dataset)
+            train(gpt, finetune_dataset, args, stage, length, args.finetune_lr,
                   device, writer, args.writing_params_path)
         elif distributed.rank() == 0:
             evaluate(gpt, args, gold_lines, prompts, pretrain_dataset, device)

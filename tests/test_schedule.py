@@ -251,16 +251,27 @@ def test_the_handout_preset_is_the_handouts_run_py():
     assert presets.rehearsal_lead('handout') is None  # the handout finetunes on the questions alone
 
 
-def test_the_cpu_recipes_differ_only_in_their_budgets():
-    """cpu-20min (main.sh's default without a GPU) is cpu-45min's recipe in 17 + 2 minutes."""
+def test_the_cpu_presets():
+    """cpu-45min: the rehearsal recipe in 38 + 5 minutes. cpu-20min (main.sh's default without a
+    GPU): mixed training of a 128-wide model in 17 + 1 minutes, finetuning continuing the mix
+    for one epoch; finetuning from scratch stays the handout's."""
     import presets
     short, long = presets.PRESETS['cpu-20min'], presets.PRESETS['cpu-45min']
-    assert {k: v for k, v in short.items() if k != 'time_budget'} == \
-        {k: v for k, v in long.items() if k != 'time_budget'}
-    assert short['time_budget'] == {'pretrain': 17, 'finetune_pretrained': 2}
     assert long['time_budget'] == {'pretrain': 38, 'finetune_pretrained': 5}
-    assert presets.time_budget('cpu-20min', 'finetune_scratch') is None
     assert long['pretrain']['batch_size'] == 64 and long['model']['attn_pdrop'] == 0.0
+    assert presets.rehearsal_lead('cpu-45min') == 'Where was ' and presets.mix('cpu-45min') is None
+    assert short['time_budget'] == {'pretrain': 17, 'finetune_pretrained': 1}
+    assert presets.mix('cpu-20min') == dict(questions='birth_places_train.tsv',
+                                            question_share=0.25, lead='Where was ')
+    assert short['model'] == dict(presets.MODEL, n_embd=128, embd_pdrop=0.0, resid_pdrop=0.0,
+                                  attn_pdrop=0.0)
+    assert short['pretrain']['learning_rate'] == 3e-3 and short['pretrain']['batch_size'] == 64
+    assert short['pretrain']['warmup_tokens'] == 30 * 64 * 127
+    assert short['finetune_pretrained']['max_epochs'] == 1
+    assert short['finetune_pretrained']['learning_rate'] == 6e-4
+    assert short['finetune_scratch'] == presets.HANDOUT['finetune_scratch']
+    assert presets.time_budget('cpu-20min', 'finetune_scratch') is None
+    assert all(presets.mix(name) is None for name in ('handout', 'cpu-quick', 'cpu-45min'))
 
 
 def test_the_2024_edition_pretrains_to_650_epochs_of_tokens():

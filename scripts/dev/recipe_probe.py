@@ -165,14 +165,14 @@ def extracted(gpt, vocab, eval_lines):
     return sum(a == p for a, (_, p) in zip(answers, questions)) / len(questions), answers
 
 
-def train_steps(gpt, data, steps, learning_rate, warmup_steps, batch_size):
+def train_steps(gpt, data, steps, learning_rate, warmup_steps, batch_size, weight_decay=0.1):
     """`steps` batches of `data` (one pass), the learning rate warmed up over `warmup_steps` and
     decayed by the cosine to its floor at the last step."""
     row = (presets.BLOCK_SIZE - 1) * batch_size
     tconf = trainer.TrainerConfig(max_epochs=1, batch_size=batch_size,
                                   learning_rate=learning_rate, lr_decay=True,
                                   warmup_tokens=warmup_steps * row, final_tokens=steps * row,
-                                  precision='auto', log_every=50)
+                                  weight_decay=weight_decay, precision='auto', log_every=50)
     trainer.Trainer(gpt, data, None, tconf).train()
 
 
@@ -216,6 +216,8 @@ def main(argv=None):
     ap.add_argument('--batch_size', type=int, default=64)
     ap.add_argument('--learning_rate', type=float, default=3e-3)
     ap.add_argument('--warmup_steps', type=int, default=30)
+    ap.add_argument('--weight_decay', type=float, default=0.1,
+                    help='AdamW\'s, on the matmul weights (the handout\'s 0.1)')
     ap.add_argument('--n_embd', type=int, default=presets.MODEL['n_embd'])
     ap.add_argument('--n_layer', type=int, default=presets.MODEL['n_layer'])
     ap.add_argument('--seed', type=int, default=0)
@@ -266,7 +268,8 @@ def main(argv=None):
               args.steps * args.batch_size, lead_share=args.lead_share)
     os.makedirs(args.out, exist_ok=True)
     start = time.time()
-    train_steps(gpt, mix, args.steps, args.learning_rate, args.warmup_steps, args.batch_size)
+    train_steps(gpt, mix, args.steps, args.learning_rate, args.warmup_steps, args.batch_size,
+                args.weight_decay)
     minutes = (time.time() - start) / 60
     gpt.eval()
     result = dict(vars(args), minutes=round(minutes, 2), machine=torch.backends.cpu.get_cpu_capability(),

@@ -338,9 +338,9 @@ def run(args):
         elif lead is not None and stage == 'finetune_pretrained':
             finetune_dataset = ConcatDataset([finetune_dataset,
                                               dataset.LeadInDataset(pretrain_dataset, lead)])
-    elif args.function == 'pretrain' and mix is not None:
-        pretrain_data = mixed(pretrain_dataset,
-                              inputs.read_finetune(args.finetune_path, pretrain_dataset), mix, args)
+    elif args.function == 'pretrain':
+        pretrain_data = pretrain_dataset if mix is None else mixed(
+            pretrain_dataset, inputs.read_finetune(args.finetune_path, pretrain_dataset), mix, args)
     elif args.function == 'evaluate':
         prompts, gold_lines = inputs.read_evaluation(args.eval_path, pretrain_dataset.stoi,
                                                      args.strict)
@@ -352,8 +352,7 @@ def run(args):
     writer = None if distributed.rank() != 0 else utils.LazyWriter(tensorboard_dir(args))
     try:
         if args.function == 'pretrain':
-            data = pretrain_dataset if mix is None else pretrain_data
-            train(gpt, data, args, 'pretrain', len(data), args.pretrain_lr,
+            train(gpt, pretrain_data, args, 'pretrain', len(pretrain_data), args.pretrain_lr,
                   device, writer, args.writing_params_path)
         elif args.function == 'finetune':
             # the handout's schedule counts the pretraining corpus's length; a mix, its own

@@ -140,3 +140,39 @@ def test_pretraining_the_mix_needs_its_questions(tmp_path):
     errors = [line for line in proc.stderr.splitlines() if line.startswith('error:')]
     assert len(errors) == 1 and '--finetune_corpus_path' in errors[0] and 'not found' in errors[0]
     assert os.listdir(tmp_path) == []
+
+
+def test_the_cpu_20min_pipeline_trains_a_smaller_model_on_the_mix(tmp_path):
+    """The handout's commands with --preset cpu-20min: pretrain reads birth_places_train.tsv
+    (found in the working folder like the other data names) and says that it mixes it in; the
+    params are the preset's 128-wide model, which finetune continues on the mix at the
+    handout's finetuning rate and evaluate reads back."""
+    import subprocess
+    import sys
+    from tiny_run import CORPUS, ENV, FAST, TRAIN, DEV, tsv
+    (tmp_path / 'corpus.txt').write_text(CORPUS, encoding='utf-8')
+    (tmp_path / 'birth_places_train.tsv').write_text(tsv(TRAIN), encoding='utf-8')
+    (tmp_path / 'dev.tsv').write_text(tsv(DEV), encoding='utf-8')
+
+    def run(*argv):
+        proc = subprocess.run([sys.executable, os.path.join(REPO, 'src', 'run.py'), *argv,
+                               '--preset', 'cpu-20min', '--max_epochs', '1', *FAST],
+                              cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    out = run('pretrain', 'vanilla', 'corpus.txt', '--writing_params_path', 'pre.params')
+    assert 'mixed with the questions of birth_places_train.tsv' in out
+    state = torch.load(tmp_path / 'pre.params', weights_only=True)
+    assert state['tok_emb.weight'].shape[1] == 128
+    out = run('finetune', 'vanilla', 'corpus.txt', '--reading_params_path', 'pre.params',
+              '--writing_params_path', 'fine.params', '--finetune_corpus_path',
+              'birth_places_train.tsv')
+    assert 'mixed with the questions of birth_places_train.tsv' in out
+    import json
+    record = json.loads((tmp_path / 'fine.params.run.json').read_text(encoding='utf-8'))
+    assert record['preset'] == 'cpu-20min' and record['learning_rate'] == 6e-4
+    out = run('evaluate', 'vanilla', 'corpus.txt', '--reading_params_path', 'fine.params',
+              '--eval_corpus_path', 'dev.tsv', '--outputs_path', 'dev.predictions')
+    assert 'Correct: ' in out
+    assert len((tmp_path / 'dev.predictions').read_text(encoding='utf-8').splitlines()) == len(DEV)

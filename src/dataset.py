@@ -192,20 +192,29 @@ BORN = re.compile(r'\bborn\b', re.IGNORECASE)  # the word, not the end of "Osbor
 VIEW_CHARS = 40
 
 
+def born_cut(sentence):
+    """`sentence` from its first word "born" on (all of it where there is none)."""
+    match = BORN.search(sentence)
+    return sentence[match.start():] if match else sentence
+
+
+def undated(text):
+    """`text` without the words that hold a digit or name a month."""
+    return ' '.join(w for w in text.split(' ') if not any(c.isdigit() for c in w)
+                    and w.strip('.,;:()').lower() not in MONTHS)
+
+
 def born_view(document, chars=VIEW_CHARS):
     """A short view of one corpus line `NAME. sentence`: the name, then the sentence from its
     first word "born" on (all of it where there is none), without the words that hold a digit or
-    name a month, cut to its words within `chars` characters.
+    name a month, cut to its words within `chars` characters (None: not cut).
     Why (docs/cpu-recipe.md): a place that follows a date is learnt under the date, which no
     question holds; without the dates it follows the name, as in a question. Most places end
     within 40 characters of "born", and a batch costs its longest row. Only the line's words,
     "born" and the dates are looked at: never a place."""
     name, _, sentence = document.partition('. ')
-    match = BORN.search(sentence)
-    text = sentence[match.start():] if match else sentence
-    text = ' '.join(w for w in text.split(' ') if not any(c.isdigit() for c in w)
-                    and w.strip('.,;:()').lower() not in MONTHS)
-    if len(text) > chars:
+    text = undated(born_cut(sentence))
+    if chars is not None and len(text) > chars:
         text = text[:chars + 1].rsplit(' ', 1)[0]
     return f'{name} {text}'
 

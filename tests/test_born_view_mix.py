@@ -157,7 +157,7 @@ def test_the_cpu_20min_pipeline_trains_a_smaller_model_on_the_mix(tmp_path):
     def run(*argv):
         proc = subprocess.run([sys.executable, os.path.join(REPO, 'src', 'run.py'), *argv,
                                '--preset', 'cpu-20min', '--max_epochs', '1', *FAST],
-                              cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+                              cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=900)
         assert proc.returncode == 0, proc.stderr
         return proc.stdout
 

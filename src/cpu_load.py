@@ -1,18 +1,19 @@
 """How busy this machine's CPUs are with other processes, and what a run does about it.
 
 A student's laptop is rarely idle. OpenMP's threads (torch's CPU parallelism) spin while they
-wait for work by default: the fastest on an idle machine, and the slowest when another process
-wants the same cores (the spinning threads take its turns and theirs). Waiting passively is
-the reverse. run.py measures the other processes' share of the CPUs for a tenth of a second
-before torch starts (OpenMP reads its wait policy once, when it starts) and asks for passive
-waiting when they hold a quarter of the CPUs or more: docs/speed.md has the figures.
-Standard library only: it runs before torch is imported.
+wait for work: the fastest on an idle machine, and the slowest when another process wants the
+same cores (the spinning threads take its turns and theirs). Fewer threads, one per core the
+others leave free, are as fast as waiting passively when the machine is busy and cost nothing
+when it is idle; and unlike the wait policy (read once, when OpenMP starts) the thread count can
+change at any step. So the trainer re-measures the others' share every few seconds and gives
+torch the cores they leave (FollowLoad): docs/speed.md has the figures.
+Standard library only: cpu_paths and run.py import it before torch matters.
 """
 import os
 import time
 
 BUSY_SHARE = 0.25  # other processes using this share of the CPUs or more: a busy machine
-OFF = 'CS224N_WAIT_POLICY'  # set to "default" to leave OpenMP's wait policy alone
+FIXED = 'CS224N_THREADS'  # set to "fixed" to keep torch's thread count whatever the load
 
 
 def cpu_times():
@@ -32,8 +33,9 @@ def cpu_times():
 class LoadMeter:
     """The share of the machine's CPUs that other processes used since it was made."""
 
-    def __init__(self, clock=time.time, times=cpu_times):
+    def __init__(self, clock=time.time, times=cpu_times, cores=None):
         self.clock, self.times = clock, times
+        self.cores = cores or os.cpu_count() or 1
         self.wall, self.start = clock(), times()
 
     def others(self):
@@ -43,24 +45,68 @@ class LoadMeter:
         if now is None or self.start is None or wall <= 0:
             return None
         busy, own = (now[0] - self.start[0]), (now[1] - self.start[1])
-        return max(0.0, busy - own) / (wall * (os.cpu_count() or 1))
+        return max(0.0, busy - own) / (wall * self.cores)
 
 
-def choose_wait_policy(environ=os.environ, measure=None, seconds=0.1):
-    """Before torch starts: OMP_WAIT_POLICY=PASSIVE in `environ` when other processes hold
-    BUSY_SHARE of the CPUs or more (measured over `seconds`, or by measure() -> share or None).
-    Returns the line to print when it set it, else None. A wait policy the user set, or
-    $CS224N_WAIT_POLICY=default, is left alone."""
-    if 'OMP_WAIT_POLICY' in environ or environ.get(OFF) == 'default':
-        return None
-    if measure is None:
-        meter = LoadMeter()
-        time.sleep(seconds)
-        share = meter.others()
-    else:
-        share = measure()
-    if share is None or share < BUSY_SHARE:
-        return None
-    environ['OMP_WAIT_POLICY'] = 'PASSIVE'
-    return (f'cpu: other processes are using {share:.0%} of the CPUs: torch\'s threads wait '
-            f'passively (OMP_WAIT_POLICY=PASSIVE; {OFF}=default leaves the policy alone)')
+def threads_for(others, cores, most):
+    """torch's threads when other processes use the share `others` of `cores` CPUs: one per core
+    they leave (half a core or more of theirs counts as a core), at least 1 and at most `most`;
+    `most` when the share is not known."""
+    if others is None:
+        return most
+    return max(1, min(most, cores - int(others * cores + 0.5)))
+
+
+def follows(environ=os.environ):
+    """Whether a CPU run lets its thread count follow the load: not when the user fixed it
+    ($OMP_NUM_THREADS, or $CS224N_THREADS=fixed)."""
+    return 'OMP_NUM_THREADS' not in environ and environ.get(FIXED) != 'fixed'
+
+
+class FollowLoad:
+    """Trainer extra: after a step, once `every` seconds have passed since the last measurement
+    (the first after FIRST seconds, so a run that starts on a busy machine adapts at once), set
+    torch's thread count from the other processes' share of the CPUs in that window. Says so the
+    first time it changes, how much of the run it spent on fewer threads at the end, and gives
+    the count back when training ends. A load that comes and goes is followed both ways."""
+    FIRST = 1.0
+
+    def __init__(self, every=5.0, times=cpu_times, threads=None, cores=None, say=print):
+        if threads is None:
+            import torch
+            threads = (torch.get_num_threads, torch.set_num_threads)
+        self.get_threads, self.set_threads = threads
+        self.every, self.times, self.say = every, times, say
+        self.cores = cores or os.cpu_count() or 1
+
+    def on_train_start(self, trainer):
+        self.clock = trainer.clock
+        self.most = self.now = self.get_threads()
+        self.meter, self.window = LoadMeter(self.clock, self.times, self.cores), self.FIRST
+        self.changes, self.fewer, self.steps = 0, 0, 0
+
+    def on_step_end(self, trainer, epoch, it):
+        self.steps += 1
+        self.fewer += self.now < self.most
+        if self.clock() - self.meter.wall < self.window:
+            return
+        others = self.meter.others()
+        self.meter, self.window = LoadMeter(self.clock, self.times, self.cores), self.every
+        threads = threads_for(others, self.cores, self.most)
+        if threads == self.now:
+            return
+        if self.changes == 0:
+            self.say(f'\ncpu: other processes are using {others:.0%} of the CPUs: torch uses '
+                     f'{threads} of {self.most} threads while they do (measured every '
+                     f'{self.every:g} s; {FIXED}=fixed keeps {self.most})', flush=True)
+        self.changes += 1
+        self.now = threads
+        self.set_threads(threads)
+
+    def on_train_end(self, trainer):
+        if self.now != self.most:
+            self.set_threads(self.most)
+            self.now = self.most
+        if self.changes:
+            self.say(f'cpu: {self.fewer} of {self.steps} steps ran on fewer threads than '
+                     f'{self.most} ({self.changes} changes with the load)', flush=True)

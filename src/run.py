@@ -19,15 +19,11 @@ import time
 
 START = time.time()  # a --time_budget counts from here
 
-import cpu_load  # noqa: E402
-# before torch is imported: OpenMP reads its wait policy once, when it starts. Only as the
-# command: a program that imports run has chosen its own (and mostly imported torch already).
-WAIT_POLICY = cpu_load.choose_wait_policy() if __name__ == '__main__' else None
-
 from torch import __version__ as torch_version  # noqa: E402
 from torch.utils.data import ConcatDataset  # noqa: E402
 
 import checkpoint
+import cpu_load
 import cpu_paths
 import dataset
 import devices
@@ -213,7 +209,7 @@ def train(gpt, data, args, stage, pretrain_len, lr, device, writer, path):
         **values, final_tokens=final, writer=writer, device=device,
         precision=devices.pick_precision(args.precision, device, training=True),
         compile=args.compile, path_cache=cpu_paths.default_path_cache(),
-        log_every=1 if device == 'cpu' else 25,
+        log_every=1 if device == 'cpu' else 25, follow_load=cpu_load.follows(),
         resume_path=path + '.ckpt', resume=args.resume, checkpoint_every=args.checkpoint_every,
         time_budget=None if budget is None else budget * 60, start_time=START,
         budget_may_grow=args.time_budget is None or args.time_budget_share)
@@ -369,8 +365,6 @@ def run(args):
 
 def main(argv=None):
     args = parse_args(argv)
-    if WAIT_POLICY is not None:
-        print(WAIT_POLICY, flush=True)
     try:
         run(args)
     except UsageError as e:

@@ -15,7 +15,8 @@ and cosine LR schedule, the same batches per epoch). What differs is only how fa
 Extras beyond the handout attach to the loop at three named points (as minGPT's later trainer
 attaches callbacks): on_train_start (before the first epoch), on_step_end (after each step) and
 on_epoch_end (after each epoch; True stops the run), then on_train_end. Each lives in its own
-module: precision 'auto' on a CPU (cpu_paths.ChoosePaths), resume and stop
+module: precision 'auto' on a CPU (cpu_paths.ChoosePaths), threads that follow the machine's
+load (cpu_load.FollowLoad), resume and stop
 (checkpoint.Resumable), the time budget (budget.TimeBudget); the ranks of torchrun share the
 work through distributed.py.
 """
@@ -29,6 +30,7 @@ import distributed
 from batches import Batches, batch_indices, collate, trim_padding
 from budget import TimeBudget
 from checkpoint import Resumable
+from cpu_load import FollowLoad, cpu_times
 from cpu_paths import ChoosePaths
 from devices import autocast as autocast_for, random_states, set_random_states
 from utils import save_state_dict
@@ -66,6 +68,7 @@ class TrainerConfig:
     budget_may_grow = False  # a budget too small for one epoch trains one (a preset's), not an error (a flag's)
     clock = None  # what the time budget and the measured steps read (time.time; tests drive their own)
     cpu_times = None  # what 'auto' reads to tell a busy machine (cpu_paths.cpu_times; tests drive their own)
+    follow_load = False  # on a CPU, torch's thread count follows the other processes' load (cpu_load.FollowLoad)
 
     def __init__(self, **kwargs):
         for k, v in kwargs.items():
@@ -160,6 +163,9 @@ class Trainer:
         # the extras, in the order they act at each point: the precision is chosen before the
         # budget times steps, and an epoch's re-plan comes before the checkpoint that saves it
         self.callbacks = [ChoosePaths()]
+        if config.follow_load and self.device.type == 'cpu' and not self.distributed \
+                and config.cpu_workers == 0:  # (workers' CPU time would read as other processes')
+            self.callbacks.append(FollowLoad(times=config.cpu_times or cpu_times))
         if config.time_budget is not None:
             self.callbacks.append(TimeBudget(self.clock))
         if config.resume_path is not None:

@@ -13,12 +13,12 @@ RUN = os.path.join(REPO, 'src', 'run.py')
 
 # Every run.py the suite starts (in process or as a child) leaves the user's files and its own
 # output alone: the measured CPU choices go to a file of this session's, not the user's cache,
-# and OpenMP's wait policy is not chosen from the machine's load (that choice has its own tests;
-# measuring it would cost each child 0.1 s and print a line only on a busy machine).
+# and torch's thread count does not follow the machine's load (that has its own tests; under a
+# busy suite it would print a line in some runs and not others).
 _CACHE = tempfile.mkdtemp(prefix='cs224n-test-cache-')
 atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 os.environ['CS224N_PATH_CACHE'] = os.path.join(_CACHE, 'cpu_paths.json')
-os.environ['CS224N_WAIT_POLICY'] = 'default'
+os.environ['CS224N_THREADS'] = 'fixed'
 
 # Under pytest-xdist (scripts/test.sh: -n auto) each worker, and every process it starts, gets its
 # share of the cores: two workers each spinning two OpenMP threads on two cores wait on each other.

@@ -5,8 +5,10 @@ model and batch, the fastest is kept and printed with the figures, and the choic
 per machine and run shape with its figures; measuring changes nothing else; a bad cache file is
 a warning. A choice measured on a busy machine is not remembered, and a remembered one is checked
 against the run's own steps (measured again when they disagree): a stand-in clock and stand-in
-CPU counters drive those cases."""
+CPU counters drive those cases. The same counters drive torch's thread count on a busy machine
+(cpu_load.FollowLoad)."""
 import json
+import types
 
 import pytest
 import torch
@@ -204,17 +206,84 @@ def test_the_load_meter_reads_other_processes_share():
     assert real is None or (real[0] >= 0 and real[1] >= 0)
 
 
-@pytest.mark.parametrize('environ,share,policy,says', [
-    ({}, 0.5, 'PASSIVE', True),  # one CPU-bound process on a 2-core machine
-    ({}, 0.25, 'PASSIVE', True),
-    ({}, 0.1, None, False),  # idle enough: OpenMP's default (spin, then sleep) is the faster
-    ({}, None, None, False),  # no /proc: not known, left alone
-    ({'OMP_WAIT_POLICY': 'ACTIVE'}, 0.9, 'ACTIVE', False),  # the user's choice stands
-    ({cpu_load.OFF: 'default'}, 0.9, None, False),
+@pytest.mark.parametrize('others,cores,most,threads', [
+    (0.0, 2, 2, 2), (0.1, 2, 2, 2),  # idle enough: every core
+    (0.33, 2, 2, 1),  # one CPU-bound process beside our two spinning threads gets 2/3 of a core
+    (0.5, 2, 2, 1), (1.0, 2, 2, 1),  # never fewer than one
+    (0.2, 4, 4, 3), (0.1, 4, 4, 4), (0.0, 8, 4, 4),  # never more than torch had
+    (None, 2, 2, 2),  # no /proc: not known, left alone
 ])
-def test_a_busy_machine_gets_passive_openmp_threads(environ, share, policy, says):
-    line = cpu_load.choose_wait_policy(environ, measure=lambda: share)
-    assert environ.get('OMP_WAIT_POLICY') == policy
-    assert (line is not None) is says
-    if says:
-        assert line.startswith(f'cpu: other processes are using {share:.0%} of the CPUs')
+def test_threads_are_the_cores_other_processes_leave(others, cores, most, threads):
+    assert cpu_load.threads_for(others, cores, most) == threads
+
+
+@pytest.mark.parametrize('environ,follows', [
+    ({}, True), ({'OMP_NUM_THREADS': '2'}, False), ({cpu_load.FIXED: 'fixed'}, False),
+    ({'OMP_WAIT_POLICY': 'PASSIVE'}, True)])
+def test_a_thread_count_the_user_set_stands(environ, follows):
+    assert cpu_load.follows(environ) is follows
+
+
+class LoadedMachine:
+    """A 2-core machine's /proc readings, with the other processes' share of each second given,
+    and the clock the trainer reads (it advances 1 s a step)."""
+
+    def __init__(self, shares):
+        self.shares, self.t, self.busy = shares, 0.0, 0.0
+
+    def clock(self):
+        return self.t
+
+    def times(self):
+        return self.busy, 0.0  # (all processes' busy seconds, ours): ours idle, for simplicity
+
+    def step(self):
+        self.busy += 2 * self.shares[int(self.t)]
+        self.t += 1.0
+
+
+def test_the_thread_count_follows_a_load_that_comes_and_goes():
+    shares = [0.5] * 3 + [0.0] * 12 + [0.5] * 8 + [0.0] * 8  # busy at the start, gone, back
+    machine, threads, said = LoadedMachine(shares), [2], []
+    follow = cpu_load.FollowLoad(every=5.0, times=machine.times, cores=2,
+                                 threads=(lambda: threads[-1], threads.append),
+                                 say=lambda line, **kw: said.append(line))
+    trainer = types.SimpleNamespace(clock=machine.clock)
+    follow.on_train_start(trainer)
+    seen = []
+    for it in range(len(shares) - 1):
+        machine.step()
+        follow.on_step_end(trainer, 0, it)
+        seen.append(threads[-1])
+    follow.on_train_end(trainer)
+    # one thread from the first measurement (after 1 s); two once a 5-s window holds less than
+    # half a core of others' work; one when a window holds it again
+    # (windows [0,1) [1,6) [6,11) [11,16) [16,21) [21,26): others 0.5 0.2 0 0.1 0.5 0.2)
+    assert seen == [1] * 5 + [2] * 15 + [1] * 5 + [2] * 5
+    assert threads[-1] == 2  # given back at the end
+    assert said == ['\ncpu: other processes are using 50% of the CPUs: torch uses 1 of 2 threads '
+                    'while they do (measured every 5 s; CS224N_THREADS=fixed keeps 2)',
+                    'cpu: 10 of 30 steps ran on fewer threads than 2 (4 changes with the load)']
+
+
+def test_an_idle_machine_keeps_every_thread_and_says_nothing():
+    machine, threads, said = LoadedMachine([0.05] * 30), [2], []
+    follow = cpu_load.FollowLoad(times=machine.times, cores=2,
+                                 threads=(lambda: threads[-1], threads.append),
+                                 say=lambda line, **kw: said.append(line))
+    trainer = types.SimpleNamespace(clock=machine.clock)
+    follow.on_train_start(trainer)
+    for it in range(29):
+        machine.step()
+        follow.on_step_end(trainer, 0, it)
+    follow.on_train_end(trainer)
+    assert threads == [2] and said == []
+
+
+@pytest.mark.parametrize('changes,follows', [
+    ({'follow_load': True}, True), ({}, False),  # run.py asks (cpu_load.follows); others do not
+    ({'follow_load': True, 'cpu_workers': 1}, False),  # workers' CPU time would read as a load
+])
+def test_the_trainer_follows_the_load_when_asked(changes, follows):
+    t = trainer.Trainer(torch.nn.Linear(2, 2), None, None, trainer.TrainerConfig(**changes))
+    assert any(isinstance(c, cpu_load.FollowLoad) for c in t.callbacks) is follows

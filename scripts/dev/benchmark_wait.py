@@ -1,14 +1,15 @@
-"""How fast run.py pretrains on this CPU, idle and beside one CPU-bound process, with OpenMP's
-default wait policy, with passive waiting, and with run.py's own choice (src/cpu_load.py: passive
-when other processes hold a quarter of the CPUs or more when it starts).
+"""How fast run.py pretrains on this CPU, idle, beside one CPU-bound process, and beside one for
+the run's first seconds only: with OpenMP's default wait policy (threads spin) and every thread,
+with passive waiting and every thread, and with run.py's own choice (src/cpu_load.py: spinning
+threads, one per core the other processes leave, re-measured every 5 s).
 
     python scripts/dev/benchmark_wait.py [--rounds 2] [--lines 1344] [--out results/wait-policy.md]
 
 Each measurement is `python src/run.py pretrain vanilla CORPUS --preset cpu-20min --max_epochs 1`
 on the first --lines lines of wiki.txt (21 steps of 64 at the default), its throughput the last
-tok/s run.py's progress line shows. The three settings take turns, --rounds times per condition
-(a machine's pace drifts), and the medians are compared: the target is run.py's choice within
-10% of the better of the other two in both conditions.
+tok/s run.py's progress line shows (the average since the run's first step). The three settings
+take turns, --rounds times per condition (a machine's pace drifts), and the medians are compared:
+the target is run.py's choice within 10% of the better of the other two in every condition.
 """
 import argparse
 import os
@@ -22,21 +23,27 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, 'src'))
+from cpu_load import FIXED  # noqa: E402
 from cpu_paths import cpu_model  # noqa: E402
 from datafiles import resolve  # noqa: E402
 
 SETTINGS = {  # name -> environment changes
-    'OpenMP default': {'CS224N_WAIT_POLICY': 'default'},
-    'passive': {'OMP_WAIT_POLICY': 'PASSIVE'},
+    'OpenMP default': {FIXED: 'fixed'},
+    'passive': {'OMP_WAIT_POLICY': 'PASSIVE', FIXED: 'fixed'},
     'run.py\'s choice': {},
 }
 CHOICE = 'run.py\'s choice'
-SPIN = 'while True:\n    pass\n'
+SPIN = 'import sys, time\nend = time.time() + float(sys.argv[1])\nwhile time.time() < end:\n    pass\n'
+CONDITIONS = {  # name -> seconds a CPU-bound process runs from 1 s before each run (0: none)
+    'idle': 0,
+    'beside one CPU-bound process': 1e9,
+    'one CPU-bound process for the first 5 s': 6,
+}
 
 
 def throughput(corpus, folder, env_changes):
-    """tok/s of one pretraining epoch, and run.py's wait-policy line if it printed one."""
-    env = {k: v for k, v in os.environ.items() if k not in ('OMP_WAIT_POLICY', 'CS224N_WAIT_POLICY')}
+    """tok/s of one pretraining epoch, and run.py's line about threads if it printed one."""
+    env = {k: v for k, v in os.environ.items() if k not in ('OMP_WAIT_POLICY', FIXED)}
     env.update(env_changes, CS224N_PATH_CACHE=os.path.join(folder, 'paths.json'))
     proc = subprocess.run([sys.executable, os.path.join(REPO, 'src', 'run.py'), 'pretrain',
                            'vanilla', corpus, '--preset', 'cpu-20min', '--max_epochs', '1',
@@ -44,7 +51,7 @@ def throughput(corpus, folder, env_changes):
                            os.path.join(folder, 'p.params')],
                           cwd=folder, env=env, capture_output=True, text=True, check=True)
     rates = re.findall(r'([\d,]+) tok/s', proc.stderr)
-    note = next((line for line in proc.stdout.splitlines() if line.startswith('cpu: ')), None)
+    note = next((line for line in proc.stdout.splitlines() if line.startswith('cpu: other')), None)
     return float(rates[-1].replace(',', '')), note
 
 
@@ -58,27 +65,32 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as folder:
         corpus = os.path.join(folder, 'wiki.txt')
         with open(resolve('wiki.txt', 'wiki.txt'), encoding='utf-8') as f:
-            lines = f.read().split('\n')[:args.lines]
+            wiki = f.read().split('\n')
+        lines = wiki[:args.lines]
+        # the preset's mix trains on the questions too: their characters must be in the vocabulary
+        with open(resolve('birth_places_train.tsv', 'birth_places_train.tsv'), encoding='utf-8') as f:
+            missing = set(f.read()) - set('\n'.join(lines)) - {'\t', '\n'}
+        lines += list(dict.fromkeys(next(line for line in wiki if c in line) for c in sorted(missing)))
         with open(corpus, 'w', encoding='utf-8') as f:
             f.write('\n'.join(lines) + '\n')
-        for condition in ('idle', 'beside one CPU-bound process'):
-            spinner = None
-            if condition != 'idle':
-                spinner = subprocess.Popen([sys.executable, '-c', SPIN])
-                time.sleep(1)
-            try:
-                figures = {name: [] for name in SETTINGS}
-                for _ in range(args.rounds):
-                    for name, changes in SETTINGS.items():
+        for condition, seconds in CONDITIONS.items():
+            figures = {name: [] for name in SETTINGS}
+            for _ in range(args.rounds):
+                for name, changes in SETTINGS.items():
+                    spinner = None
+                    if seconds:
+                        spinner = subprocess.Popen([sys.executable, '-c', SPIN, str(seconds)])
+                        time.sleep(1)
+                    try:
                         rate, note = throughput(corpus, folder, changes)
-                        figures[name].append(rate)
-                        if note and name == CHOICE:
-                            notes.add(f'{condition}: {note}')
-                        print(f'{condition}, {name}: {rate:,.0f} tok/s', flush=True)
-            finally:
-                if spinner is not None:
-                    spinner.kill()
-                    spinner.wait()
+                    finally:
+                        if spinner is not None:
+                            spinner.kill()
+                            spinner.wait()
+                    figures[name].append(rate)
+                    if note and name == CHOICE:
+                        notes.add(f'{condition}: {note}')
+                    print(f'{condition}, {name}: {rate:,.0f} tok/s', flush=True)
             m = {name: statistics.median(v) for name, v in figures.items()}
             ratio = m[CHOICE] / max(m['OpenMP default'], m['passive'])
             rows.append(f'| {condition} | ' + ' | '.join(f'{m[n]:,.0f}' for n in SETTINGS)
@@ -92,7 +104,7 @@ def main(argv=None):
     print('\n'.join(lines))
     if args.out:
         with open(args.out, 'w', encoding='utf-8') as f:
-            f.write('# OpenMP wait policy: run.py pretraining, idle and busy\n\n'
+            f.write('# Busy CPUs: run.py pretraining, idle and busy\n\n'
                     + '\n'.join(lines) + '\n')
 
 

@@ -1,6 +1,6 @@
 """Dev accuracy against time budget: the whole pipeline (run_all.py) under several budgets.
 
-    python scripts/budget_curve.py --budgets 10 20 45            # the cpu-45min recipe, vanilla
+    python scripts/budget_curve.py --budgets 10 20 45            # the cpu-rehearsal recipe, vanilla
     python scripts/budget_curve.py --budgets 10 20 45 --report-only --out results/cpu-budget
 
 Each budget M is `python scripts/run_all.py --preset P --models MODEL --time_budget M --out
@@ -134,7 +134,7 @@ def write(points, out, preset, model, command):
 def main():
     ap = OneLineParser(prog='python scripts/budget_curve.py', description=__doc__.split('\n')[0])
     ap.add_argument('--budgets', type=float, nargs='+', required=True, metavar='MINUTES')
-    ap.add_argument('--preset', default='cpu-45min', choices=sorted(PRESETS))
+    ap.add_argument('--preset', default='cpu-rehearsal', choices=sorted(PRESETS))
     ap.add_argument('--model', default='vanilla', choices=[m for m, v in run_all.MODELS.items() if v[2]])
     ap.add_argument('--runs', default=os.path.join(REPO, 'runs', 'budget'),
                     help='where the runs go (default runs/budget)')

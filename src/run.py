@@ -329,8 +329,11 @@ def run(args):
         finetune_dataset = inputs.read_finetune(args.finetune_path, pretrain_dataset)
         stage = 'finetune_pretrained' if args.reading_params_path is not None else 'finetune_scratch'
         lead = presets.rehearsal_lead(args.preset)
+        # the handout's schedule counts the pretraining corpus's length; a mix, its own
+        schedule_length = len(pretrain_dataset)
         if mix is not None and stage == 'finetune_pretrained':
             finetune_dataset = mixed(pretrain_dataset, finetune_dataset, mix, args)
+            schedule_length = len(finetune_dataset)
         elif lead is not None and stage == 'finetune_pretrained':
             finetune_dataset = ConcatDataset([finetune_dataset,
                                               dataset.LeadInDataset(pretrain_dataset, lead)])
@@ -351,10 +354,7 @@ def run(args):
             train(gpt, pretrain_data, args, 'pretrain', len(pretrain_data), args.pretrain_lr,
                   device, writer, args.writing_params_path)
         elif args.function == 'finetune':
-            # the handout's schedule counts the pretraining corpus's length; a mix, its own
-            length = len(finetune_dataset) if isinstance(finetune_dataset, dataset.BornViewMix) \
-                else len(pretrain_dataset)
-            train(gpt, finetune_dataset, args, stage, length, args.finetune_lr,
+            train(gpt, finetune_dataset, args, stage, schedule_length, args.finetune_lr,
                   device, writer, args.writing_params_path)
         elif distributed.rank() == 0:
             evaluate(gpt, args, gold_lines, prompts, pretrain_dataset, device)

@@ -28,13 +28,13 @@ def finished_budget_run(folder, right, pretrain_s, finetune_s, epochs):
         'vanilla': {'pretrain': pretrain_s, 'pretrain epochs': epochs, 'finetune': finetune_s,
                     'finetune epochs': 2, 'evaluate-dev': 3.0, 'evaluate-test': 3.0}}))
     with open(os.path.join(REPO, 'data', 'wiki.txt'), encoding='utf-8') as f:
-        steps = -(-sum(1 for _ in f) // 64)  # cpu-45min pretrains at batch 64
+        steps = -(-sum(1 for _ in f) // 64)  # cpu-rehearsal pretrains at batch 64
     w = SummaryWriter(str(folder / 'expt' / 'pretrain' / 'vanilla_vanilla_32_pt_lr_0.001500_ft_lr_0.000600'))
     for step in range(4 * steps):
         w.add_scalar('train/loss', 1.0 if step < 3 * steps else 0.5, step)
     w.close()
     subprocess.run([sys.executable, os.path.join(REPO, 'scripts', 'run_all.py'), '--report-only',
-                    '--preset', 'cpu-45min', '--out', str(folder)], check=True, capture_output=True)
+                    '--preset', 'cpu-rehearsal', '--out', str(folder)], check=True, capture_output=True)
 
 
 def test_the_curve_from_finished_runs(tmp_path):

@@ -276,16 +276,16 @@ def test_params_of_other_sizes_are_one_error_line(tmp_path):
 
 
 def test_the_cpu_recipe_trains_the_handouts_model_and_rehearses(tmp_path):
-    """cpu-45min's params have the handout model's keys and shapes (they load without the preset),
+    """cpu-rehearsal's params have the handout model's keys and shapes (they load without the preset),
     and its finetuning also rehearses the pretraining corpus."""
     write_inputs(tmp_path)
     ok(cli(['pretrain', 'vanilla', 'corpus.txt', '--writing_params_path', 'pt.params',
-            '--preset', 'cpu-45min'] + FAST, tmp_path))
+            '--preset', 'cpu-rehearsal'] + FAST, tmp_path))
     state = torch.load(tmp_path / 'pt.params', weights_only=True)
     assert state['tok_emb.weight'].shape[1] == 256 and state['blocks.0.mlp.0.weight'].shape == (1024, 256)
     # the run says what it used: the preset's learning rate, in its record and tensorboard's name
     record = json.loads((tmp_path / 'pt.params.run.json').read_text(encoding='utf-8'))
-    assert (record['preset'], record['learning_rate'], record['batch_size']) == ('cpu-45min', 1.5e-3, 8)
+    assert (record['preset'], record['learning_rate'], record['batch_size']) == ('cpu-rehearsal', 1.5e-3, 8)
     assert record['time_budget_minutes'] == 38 and record['epochs_trained'] == 1
     assert (tmp_path / 'expt' / 'pretrain' / 'run_vanilla_32_pt_lr_0.001500_ft_lr_0.000600').is_dir()
     ok(cli(['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path', 'pt.params',
@@ -295,7 +295,7 @@ def test_the_cpu_recipe_trains_the_handouts_model_and_rehearses(tmp_path):
     # corpus's 34 lines ('\n'-split, the last one empty) are 50 examples, 7 steps of 8
     proc = ok(cli(['finetune', 'vanilla', 'corpus.txt', '--reading_params_path', 'pt.params',
                    '--writing_params_path', 'ft.params', '--finetune_corpus_path', 'train.tsv',
-                   '--preset', 'cpu-45min'] + FAST, tmp_path))
+                   '--preset', 'cpu-rehearsal'] + FAST, tmp_path))
     assert len(CORPUS.split('\n')) == 34
     assert 'epoch 1 iter 6' in proc.stderr and 'epoch 1 iter 7' not in proc.stderr
 

@@ -247,19 +247,26 @@ def test_the_handout_preset_is_the_handouts_run_py():
     for name, preset in presets.PRESETS.items():
         assert set(preset) == set(handout), name
         assert all(set(preset[s]) == set(handout[s]) for s in presets.HANDOUT), name
-    assert presets.PRESETS['cpu-45min']['finetune_pretrained'] == handout['finetune_pretrained']
+    assert presets.PRESETS['cpu-rehearsal']['finetune_pretrained'] == handout['finetune_pretrained']
     assert presets.rehearsal_lead('handout') is None  # the handout finetunes on the questions alone
 
 
 def test_the_cpu_presets():
-    """cpu-45min: the rehearsal recipe in 38 + 5 minutes. cpu-20min (main.sh's default without a
-    GPU): mixed training of a 128-wide model in 17 + 1 minutes, finetuning continuing the mix
-    for one epoch; finetuning from scratch stays the handout's."""
+    """cpu-20min (main.sh's default without a GPU): mixed training of a 128-wide model in
+    17 + 1 minutes, finetuning continuing the mix for one epoch; finetuning from scratch stays
+    the handout's. cpu-45min: the same in 41 + 1 minutes. cpu-rehearsal: the handout's model
+    without dropout, the rehearsal recipe in 38 + 5 minutes."""
     import presets
     short, long = presets.PRESETS['cpu-20min'], presets.PRESETS['cpu-45min']
-    assert long['time_budget'] == {'pretrain': 38, 'finetune_pretrained': 5}
-    assert long['pretrain']['batch_size'] == 64 and long['model']['attn_pdrop'] == 0.0
-    assert presets.rehearsal_lead('cpu-45min') == 'Where was ' and presets.mix('cpu-45min') is None
+    rehearsal = presets.PRESETS['cpu-rehearsal']
+    assert rehearsal['time_budget'] == {'pretrain': 38, 'finetune_pretrained': 5}
+    assert rehearsal['model'] == dict(presets.MODEL, embd_pdrop=0.0, resid_pdrop=0.0, attn_pdrop=0.0)
+    assert rehearsal['pretrain']['batch_size'] == 64
+    assert presets.rehearsal_lead('cpu-rehearsal') == 'Where was '
+    assert presets.mix('cpu-rehearsal') is None
+    assert long['time_budget'] == {'pretrain': 41, 'finetune_pretrained': 1}
+    assert {k: v for k, v in long.items() if k != 'time_budget'} == \
+        {k: v for k, v in short.items() if k != 'time_budget'}
     assert short['time_budget'] == {'pretrain': 17, 'finetune_pretrained': 1}
     assert presets.mix('cpu-20min') == dict(questions='birth_places_train.tsv',
                                             question_share=0.25, lead='Where was ')
@@ -271,7 +278,7 @@ def test_the_cpu_presets():
     assert short['finetune_pretrained']['learning_rate'] == 6e-4
     assert short['finetune_scratch'] == presets.HANDOUT['finetune_scratch']
     assert presets.time_budget('cpu-20min', 'finetune_scratch') is None
-    assert all(presets.mix(name) is None for name in ('handout', 'cpu-quick', 'cpu-45min'))
+    assert all(presets.mix(name) is None for name in ('handout', 'cpu-quick', 'cpu-rehearsal'))
 
 
 def test_the_2024_edition_pretrains_to_650_epochs_of_tokens():
@@ -284,7 +291,7 @@ def test_the_2024_edition_pretrains_to_650_epochs_of_tokens():
         want = 650 * 128 if stage == 'pretrain' else 200 * 128
         assert new == {**old, 'final_tokens_per_example': want}
         assert old == presets.HANDOUT[stage]
-    assert presets.stage_values('cpu-45min', 'pretrain', '2024-25') == \
-        presets.stage_values('cpu-45min', 'pretrain')
+    assert presets.stage_values('cpu-rehearsal', 'pretrain', '2024-25') == \
+        presets.stage_values('cpu-rehearsal', 'pretrain')
     assert presets.edition(variant='rope') == '2024-25'
     assert presets.edition(variant='perceiver') == '2021-23'

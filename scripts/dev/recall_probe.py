@@ -12,7 +12,7 @@ the line starts) and counts the place anywhere in the next CONTINUE characters; 
 "Where was Name." (the same name, 10 characters later, where a question puts it), counted alike.
 
     python scripts/dev/recall_probe.py vanilla.pretrain.params
-    python scripts/dev/recall_probe.py runs/x/vanilla.pretrain.params --preset cpu-45min --prompt name
+    python scripts/dev/recall_probe.py runs/x/vanilla.pretrain.params --preset cpu-rehearsal --prompt name
 """
 import argparse
 import os

@@ -33,6 +33,7 @@ from recall_probe import probes  # noqa: E402
 VAL_PEOPLE = 200
 SPLIT_SEED = 224
 LEAD = 'Where was '
+FINETUNE_LR = presets.HANDOUT['finetune_pretrained']['learning_rate']
 
 
 def split_questions(lines):

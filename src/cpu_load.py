@@ -7,10 +7,11 @@ others leave free, are as fast as waiting passively when the machine is busy and
 when it is idle; and unlike the wait policy (read once, when OpenMP starts) the thread count can
 change at any step. So the trainer re-measures the others' share every few seconds and gives
 torch the cores they leave (FollowLoad): docs/speed.md has the figures.
-Standard library only: cpu_paths and run.py import it before torch matters.
 """
 import os
 import time
+
+import torch
 
 BUSY_SHARE = 0.25  # other processes using this share of the CPUs or more: a busy machine
 FIXED = 'CS224N_THREADS'  # set to "fixed" to keep torch's thread count whatever the load
@@ -72,18 +73,19 @@ class FollowLoad:
     FIRST = 1.0
 
     def __init__(self, every=5.0, times=cpu_times, threads=None, cores=None, say=print):
-        if threads is None:
-            import torch
-            threads = (torch.get_num_threads, torch.set_num_threads)
-        self.get_threads, self.set_threads = threads
+        self.get_threads, self.set_threads = threads or (torch.get_num_threads, torch.set_num_threads)
         self.every, self.times, self.say = every, times, say
         self.cores = cores or os.cpu_count() or 1
 
     def on_train_start(self, trainer):
         self.clock = trainer.clock
         self.most = self.now = self.get_threads()
-        self.meter, self.window = LoadMeter(self.clock, self.times, self.cores), self.FIRST
+        self.measure_for(self.FIRST)
         self.changes, self.fewer, self.steps = 0, 0, 0
+
+    def measure_for(self, seconds):
+        """Start a measurement window that ends at the first step `seconds` from now."""
+        self.meter, self.window = LoadMeter(self.clock, self.times, self.cores), seconds
 
     def on_step_end(self, trainer, epoch, it):
         self.steps += 1
@@ -91,7 +93,7 @@ class FollowLoad:
         if self.clock() - self.meter.wall < self.window:
             return
         others = self.meter.others()
-        self.meter, self.window = LoadMeter(self.clock, self.times, self.cores), self.every
+        self.measure_for(self.every)
         threads = threads_for(others, self.cores, self.most)
         if threads == self.now:
             return

@@ -7,6 +7,7 @@
 #   bash scripts/gpu_check.sh --stage assignment [--models vanilla,rope] [--minutes 9] [--out DIR]
 #   bash scripts/gpu_check.sh [--stage all] [--minutes 25] [--out DIR]       # the three in order
 #   --commit SHA   the commit the tree is (recorded in the reports; default: git's, if any)
+#   --seed N       assignment: run.py's --seed (default 0), its work in assignment-seedN/
 #
 # tests       the CUDA half of the test suite (every test parametrised over the devices, the
 #             CUDA resume / DataLoader-worker / DDP tests, run.py --device cuda end to end),
@@ -41,16 +42,18 @@ work=runs/gpu_check
 models=""
 variants=""
 commit=""
+seed=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --models) models=${2:-}; shift 2 || { echo "error: --models needs names, e.g. vanilla,rope" >&2; exit 2; } ;;
     --variants) variants=${2:-}; shift 2 || { echo "error: --variants needs names, e.g. vanilla,rope" >&2; exit 2; } ;;
     --commit) commit=${2:-}; shift 2 || { echo "error: --commit needs a commit" >&2; exit 2; } ;;
+    --seed) seed=${2:-}; shift 2 || { echo "error: --seed needs a number" >&2; exit 2; } ;;
     --stage) stage=${2:-}; shift 2 || { echo "error: --stage needs tests, bench, assignment or all" >&2; exit 2; } ;;
     --minutes) minutes=${2:-}; shift 2 || { echo "error: --minutes needs a number" >&2; exit 2; } ;;
     --out) out=${2:-}; shift 2 || { echo "error: --out needs a folder" >&2; exit 2; } ;;
     --work) work=${2:-}; shift 2 || { echo "error: --work needs a folder" >&2; exit 2; } ;;
-    *) echo "error: unknown option $1 (use --stage tests|bench|assignment|all, --minutes N, --models A,B, --variants A,B, --commit SHA, --out DIR, --work DIR)" >&2; exit 2 ;;
+    *) echo "error: unknown option $1 (use --stage tests|bench|assignment|all, --minutes N, --models A,B, --variants A,B, --commit SHA, --seed N, --out DIR, --work DIR)" >&2; exit 2 ;;
   esac
 done
 case "$stage" in
@@ -68,6 +71,7 @@ done
 for v in ${variants//,/ }; do
   case " vanilla synthesizer perceiver rope " in *" $v "*) ;; *) echo "error: --variants: no variant '$v' (choose from vanilla, synthesizer, perceiver, rope)" >&2; exit 2 ;; esac
 done
+case "$seed" in *[!0-9]*|0?*) echo "error: --seed must be a whole number (0 or more), not '$seed'" >&2; exit 2 ;; esac
 case "$commit" in *[!0-9a-zA-Z._+-]*) echo "error: --commit '$commit': not a commit name" >&2; exit 2 ;; esac
 deadline=$(( $(date +%s) + 10#$minutes * 60 ))
 # time kept at the end for packing the results and for a stopped step's checkpoint
@@ -100,6 +104,7 @@ gpu=$("$PY" -c 'import torch; print(torch.cuda.get_device_name())')
 slug=$(echo "$gpu" | tr 'A-Z' 'a-z' | sed -e 's/nvidia //' -e 's/[^a-z0-9]\+/-/g' -e 's/^-//' -e 's/-$//')
 out=${out:-results/$slug}
 mkdir -p "$out" "$work" || exit 2
+adir=$work/assignment${seed:+-seed$seed}  # run_all's work: a model whose predictions are there is done
 torch_version=$("$PY" -c 'import torch; print(torch.__version__)')
 echo "GPU: $gpu; torch $torch_version ($PY); stage $stage, $minutes minutes; work in $work, results to $out"
 
@@ -138,19 +143,19 @@ stage_assignment() {
   if [ "$seconds" -lt 60 ]; then
     echo "$(date -u +%FT%TZ) assignment: not started (no time left)" >> "$work/stages.log"; return 1
   fi
-  run_for "assignment" 86400 "$PY" scripts/run_all.py --out "$work/assignment" \
+  run_for "assignment" 86400 "$PY" scripts/run_all.py --out "$adir" \
     ${models:+--models ${models//,/ }} --time_budget $(( seconds / 60 )).$(( (seconds % 60) * 10 / 60 )) \
-    -- --device cuda
+    -- --device cuda ${seed:+--seed $seed}
   local rc=$?
-  if [ $rc -ne 0 ] && [ -d "$work/assignment" ]; then  # the report of what is there so far
-    "$PY" scripts/run_all.py --report-only --out "$work/assignment" -- --device cuda >/dev/null 2>&1
+  if [ $rc -ne 0 ] && [ -d "$adir" ]; then  # the report of what is there so far
+    "$PY" scripts/run_all.py --report-only --out "$adir" -- --device cuda ${seed:+--seed $seed} >/dev/null 2>&1
   fi
   return $rc
 }
 
 next_command() {  # what to run after this call, given its exit status (the README's order)
   if [ "$stage" = tests ]; then echo "bash scripts/gpu_check.sh --stage assignment --minutes 9 --out $out"
-  elif [ "$stage" = assignment ] && [ "$1" -ne 0 ]; then echo "bash scripts/gpu_check.sh --stage assignment${models:+ --models $models} --minutes 9 --out $out   (continues where this one stopped)"
+  elif [ "$stage" = assignment ] && [ "$1" -ne 0 ]; then echo "bash scripts/gpu_check.sh --stage assignment${models:+ --models $models}${seed:+ --seed $seed} --minutes 9 --out $out   (continues where this one stopped)"
   elif [ "$stage" = assignment ]; then echo "bash scripts/gpu_check.sh --stage bench --minutes 4 --out $out   (or --stage assignment with the models still to run)"
   else echo "none: unpack $out/results.tgz into results/$slug/ and commit it"
   fi
@@ -158,13 +163,13 @@ next_command() {  # what to run after this call, given its exit status (the READ
 summary() {  # summary.md's text, now
   echo "# gpu_check on $gpu"
   echo
-  echo "torch $torch_version; commit $A5_COMMIT; this call: --stage $stage --minutes $minutes${models:+ --models $models}${variants:+ --variants $variants}, started $started"
+  echo "torch $torch_version; commit $A5_COMMIT; this call: --stage $stage --minutes $minutes${models:+ --models $models}${seed:+ --seed $seed}${variants:+ --variants $variants}, started $started"
   echo
   if [ -f "$work/under_way" ]; then echo "under way at $(date -u +%FT%TZ): $(cat "$work/under_way")"; echo; fi
   echo '```'
   cat "$work/stages.log" 2>/dev/null
   echo '```'
-  [ -f "$work/assignment/report.md" ] && { echo; echo "## Assignment report (so far)"; echo; cat "$work/assignment/report.md"; }
+  [ -f "$adir/report.md" ] && { echo; echo "## Assignment report (so far)"; echo; cat "$adir/report.md"; }
   echo
   if [ -n "${finished:-}" ]; then echo "next: $(next_command "$rc")"
   else echo "next: this call had not ended when this was written; if it was stopped, run it again (finished models are skipped)"

@@ -7,13 +7,13 @@ so the cosine keeps its shape and reaches its floor at the last step. After ever
 epochs left are fitted again to the time left, at the pace the epochs have run (a few timed
 steps can mislead, and a machine gets busier or idler): the mean epoch since the pace last
 changed (Pace), so that one slow epoch among many short ones (a GPU's 0.3 s epochs with a 0.5 s
-one now and then) moves nothing. When that changes the plan, the rest of the cosine is laid over
+one now and then) moves nothing; the run's first step, which waits for what is set up once, is
+left out of its first epoch's pace. When that changes the plan, the rest of the cosine is laid over
 the new number of epochs from where the schedule stands (the learning rate goes on smoothly, and
 the last step is at the floor). The plan changes only when it matters, judged at the pace less
 or plus its uncertainty (Pace.error): it shrinks when the epochs planned would end past the
 budget less half its margin, and grows when at least GROW more epochs fit, so a pace that wavers
-leaves it alone. The run
-trains the number of epochs it printed last. A budgeted run that fits every epoch is the
+leaves it alone. The run trains the number of epochs it printed last. A budgeted run that fits every epoch is the
 unbudgeted run.
 """
 import statistics
@@ -75,11 +75,29 @@ class TimeBudget:
         if not config.resume:  # a resumed run continues the plan its checkpoint holds
             self.plan(trainer)
         self.epoch_start, self.pace = self.clock(), Pace()
+        # the steps of the run's first epoch (None once it has ended) and when its first ended
+        self.first_epoch_steps, self.after_first_step = 0, None
+
+    def on_step_end(self, trainer, epoch, it):
+        # The run's first step waits for what a run sets up once (worker processes, the first
+        # batches, memory): the first epoch's pace is taken from its other steps. (On an H100 a
+        # first epoch of 0.7 s, against 0.3 s measured before and after it, cut the handout's
+        # 650 epochs to 306 and the plan took 177 epochs to grow back:
+        # results/h100-80gb-hbm3/README.md.)
+        if self.first_epoch_steps is not None:
+            self.first_epoch_steps += 1
+            if self.first_epoch_steps == 1:
+                self.after_first_step = self.clock()
 
     def on_epoch_end(self, trainer, epoch):
         """Fit the epochs left to the time left; True (stop) when not one more fits."""
         now = self.clock()
-        self.pace.add(now - self.epoch_start)
+        seconds, n = now - self.epoch_start, self.first_epoch_steps
+        if n is not None:  # the run's first epoch (a resumed one may have started mid-epoch)
+            if n > 1:
+                seconds = (now - self.after_first_step) / (n - 1) * trainer.steps_per_epoch
+            self.first_epoch_steps = None
+        self.pace.add(seconds)
         self.epoch_start = now
         return self.replan(trainer, epoch + 1)
 

@@ -39,6 +39,9 @@ def test_without_a_gpu_it_says_so_and_exits_2(tmp_path):
                                         (['--stage', 'train'], "--stage must be tests, bench, "
                                                                "assignment or all, not 'train'"),
                                         (['--stage'], '--stage needs'),
+                                        (['--seed', '-1'], "--seed must be a whole number (0 or "
+                                                           "more), not '-1'"),
+                                        (['--seed', '07'], "not '07'"),
                                         (['--fast'], 'unknown option --fast')])
 def test_bad_options_are_one_error_line(args, words):
     proc = gpu_check(*args)
@@ -197,3 +200,19 @@ def test_bad_names_are_one_error_line(args, words):
     proc = gpu_check(*args)
     assert proc.returncode == 2
     assert proc.stderr.count('\n') == 1 and words in proc.stderr
+
+
+def test_a_seed_runs_the_assignment_again_in_its_own_folder(tmp_path):
+    """--seed N: run.py's seed through run_all, in assignment-seedN/ (the seed-0 folder's
+    predictions would have the models skipped), and the next command keeps the seed."""
+    out, work = tmp_path / 'out', tmp_path / 'work'
+    proc = fake_gpu(tmp_path, '--stage', 'assignment', '--models', 'vanilla', '--seed', '2',
+                    '--out', str(out), '--work', str(work), rc=124)
+    assert proc.returncode == 1, proc.stderr
+    calls = (tmp_path / 'calls').read_text()
+    assert (f'scripts/run_all.py --out {work}/assignment-seed2 --models vanilla --time_budget '
+            in calls) and '-- --device cuda --seed 2' in calls
+    assert proc.stdout.splitlines()[-1].startswith(
+        'next: bash scripts/gpu_check.sh --stage assignment --models vanilla --seed 2 --minutes 9')
+    assert 'assignment-seed2/report.md' in archive(out / 'results.tgz')
+    assert '--seed 2' in (out / 'summary.md').read_text()

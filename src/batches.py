@@ -1,8 +1,9 @@
-"""The training batches: the handout's shuffled batches of the dataset, built so that every
-process that builds one (this one, a DataLoader worker, a resumed run, another rank) builds the
-same, and cut to the columns that can change the loss.
+"""The training batches: the handout's batches of the dataset, built so that every process that
+builds one (this one, a DataLoader worker, a resumed run, another rank) builds the same, and cut
+to the columns that can change the loss.
 
-Each epoch is a fresh shuffle cut into batches, and each batch carries the seed of its examples'
+Each epoch is the dataset in its order (the handout's DataLoader does not shuffle) or, where a
+preset asks, a fresh shuffle, cut into batches; each batch carries the seed of its examples'
 random draws (CharCorruptionDataset draws its corruptions from Python's `random`). Worker
 processes, when asked for, live for the whole run, not one epoch.
 """
@@ -23,11 +24,12 @@ def trim_padding(x, y, multiple=1):
     return x[:, :keep].contiguous(), y[:, :keep].contiguous()
 
 
-def batch_indices(n, batch_size, generator):
-    """One epoch's batches, (dataset indices, seed) each: a fresh shuffle cut into batch_size
-    pieces, and for each a seed of its examples' random draws. All from `generator`: a batch is
-    the same whichever process builds it, and a resumed epoch draws the same."""
-    order = torch.randperm(n, generator=generator).tolist()
+def batch_indices(n, batch_size, generator, shuffle=True):
+    """One epoch's batches, (dataset indices, seed) each: the dataset in its order (shuffle
+    False, the handout's) or a fresh shuffle, cut into batch_size pieces, and for each a seed of
+    its examples' random draws. All from `generator`: a batch is the same whichever process
+    builds it, and a resumed epoch draws the same."""
+    order = torch.randperm(n, generator=generator).tolist() if shuffle else list(range(n))
     pieces = [order[i:i + batch_size] for i in range(0, n, batch_size)]
     seeds = torch.randint(2 ** 62, (len(pieces),), generator=generator).tolist()
     return list(zip(pieces, seeds))

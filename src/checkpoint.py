@@ -1,7 +1,7 @@
 """Resume and stop: a training run that can be interrupted and continued exactly.
 
 The resumable checkpoint (WRITING_PARAMS_PATH.ckpt in run.py) holds everything needed to go on
-where the run stands: model, optimizer, schedule position, the epoch's shuffle and every random
+where the run stands: model, optimizer, schedule position, the epoch's order and every random
 state. It is written every `checkpoint_every` epochs and when a first Ctrl-C or SIGTERM arrives
 (between two steps); `resume` continues from it, giving the params of the uninterrupted run.
 """
@@ -81,7 +81,7 @@ class Resumable:
 
     def save(self, trainer, epoch, it, generator_state):
         """Everything needed to continue exactly where the run stands: before batch `it` of
-        `epoch`, whose shuffle is drawn from generator_state."""
+        `epoch`, whose order (a shuffle) and seeds are drawn from generator_state."""
         config = trainer.config
         # each rank's own random states: under torchrun the ranks' dropout draws differ (their
         # rows differ, a last short batch leaves one a dummy row), so rank 0's are not theirs

@@ -15,21 +15,27 @@ MODEL = dict(n_layer=4, n_head=8, n_embd=256)
 BLOCK_SIZE = 128
 BOTTLENECK_DIM = 32  # --bottleneck_dim default; the perceiver handout's commands use 64
 
+# The handout's trainer.py: its DataLoader takes the dataset in its order (no shuffle), and its
+# optimizer decays every parameter whose name has neither "bias" nor "LayerNorm.weight" in it
+# (TrainerConfig.shuffle, .decay_rule; trainer.optimizer_groups).
+HANDOUT_TRAINER = dict(shuffle=False, decay_rule='names')
 HANDOUT = {
     # python src/run.py pretrain ...
     'pretrain': dict(max_epochs=650, batch_size=128, learning_rate=6e-3, lr_decay=True,
                      weight_decay=0.1, warmup_tokens=512 * 20,
-                     final_tokens_per_example=200 * BLOCK_SIZE, num_workers=4),
+                     final_tokens_per_example=200 * BLOCK_SIZE, num_workers=4, **HANDOUT_TRAINER),
     # python src/run.py finetune ... (no --reading_params_path: trained from scratch)
     'finetune_scratch': dict(max_epochs=75, batch_size=256, learning_rate=6e-4, lr_decay=True,
                              weight_decay=0.1, warmup_tokens=512 * 20,
-                             final_tokens_per_example=200 * BLOCK_SIZE, num_workers=4),
+                             final_tokens_per_example=200 * BLOCK_SIZE, num_workers=4,
+                             **HANDOUT_TRAINER),
     # python src/run.py finetune ... --reading_params_path X (after pretraining)
     'finetune_pretrained': dict(max_epochs=10, batch_size=256, learning_rate=6e-4, lr_decay=True,
                                 weight_decay=0.1, warmup_tokens=512 * 20,
-                                final_tokens_per_example=200 * BLOCK_SIZE, num_workers=4),
+                                final_tokens_per_example=200 * BLOCK_SIZE, num_workers=4,
+                                **HANDOUT_TRAINER),
 }
-# weight_decay is minGPT's TrainerConfig default (on matmul weights), which run.py keeps.
+# weight_decay is the TrainerConfig default, which run.py keeps.
 # final_tokens is 200 * len(pretrain_dataset) * block_size in every handout stage (the
 # pretraining corpus's length, even when finetuning), hence "per example" of that corpus.
 
@@ -106,6 +112,12 @@ def set_checkout_edition(name):
     atomic_write(EDITION_FILE, write)
 
 
+# Not the handout's trainer: minGPT's (shuffled batches every epoch; weight decay on the matmul
+# weights only). The CPU presets' pretraining and finetuning after it were tuned with it, and
+# keep it; their finetuning from scratch is the handout's.
+MINGPT_TRAINER = dict(shuffle=True, decay_rule='matmul')
+
+
 def _preset(model=None, rehearsal_lead=None, mix=None, time_budget=None, **stage_changes):
     """The handout's model and stages, with some values replaced. rehearsal_lead: finetuning
     after pretraining also trains on the pretraining corpus, each example led by this text
@@ -138,7 +150,8 @@ def _preset(model=None, rehearsal_lead=None, mix=None, time_budget=None, **stage
 CPU_RECIPE = dict(
     model=dict(embd_pdrop=0.0, resid_pdrop=0.0, attn_pdrop=0.0),
     pretrain=dict(max_epochs=650, batch_size=64, learning_rate=1.5e-3,
-                  final_tokens_per_example=650 * (BLOCK_SIZE - 1)),
+                  final_tokens_per_example=650 * (BLOCK_SIZE - 1), **MINGPT_TRAINER),
+    finetune_pretrained=MINGPT_TRAINER,
     rehearsal_lead='Where was ',
 )
 
@@ -156,9 +169,9 @@ CPU_MIX = dict(
     model=dict(n_embd=128, embd_pdrop=0.0, resid_pdrop=0.0, attn_pdrop=0.0),
     mix=dict(questions='birth_places_train.tsv', question_share=0.25, lead='Where was '),
     pretrain=dict(max_epochs=650, batch_size=64, learning_rate=3e-3, warmup_tokens=30 * MIX_STEP,
-                  final_tokens_per_example=650 * (BLOCK_SIZE - 1)),
+                  final_tokens_per_example=650 * (BLOCK_SIZE - 1), **MINGPT_TRAINER),
     finetune_pretrained=dict(max_epochs=1, batch_size=64,
-                             final_tokens_per_example=1 * (BLOCK_SIZE - 1)),
+                             final_tokens_per_example=1 * (BLOCK_SIZE - 1), **MINGPT_TRAINER),
 )
 
 PRESETS = {

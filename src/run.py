@@ -228,7 +228,8 @@ def train(gpt, data, args, stage, pretrain_len, lr, device, writer, path):
                 os.remove(tconf.resume_path)
         write_record(args, path, device, stage=stage, precision=run.precision,
                      learning_rate=tconf.learning_rate, batch_size=tconf.batch_size,
-                     weight_decay=tconf.weight_decay, warmup_tokens=tconf.warmup_tokens,
+                     weight_decay=tconf.weight_decay, decay_rule=tconf.decay_rule,
+                     shuffle=tconf.shuffle, warmup_tokens=tconf.warmup_tokens,
                      final_tokens=run.schedule.final_tokens,
                      time_budget_minutes=budget, epochs_asked=tconf.max_epochs,
                      epochs_planned=run.schedule.max_epochs, epochs_trained=run.epochs_trained,

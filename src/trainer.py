@@ -44,6 +44,13 @@ class TrainerConfig:
     betas = (0.9, 0.95)
     grad_norm_clip = 1.0
     weight_decay = 0.1  # only applied on matmul weights
+    # The handout's trainer, whatever the comment above says, decays every parameter whose name
+    # contains neither "bias" nor "LayerNorm.weight": this model's LayerNorms are ln1/ln2/ln_f, so
+    # their weights, the embeddings and pos_emb are decayed too ('names'); 'matmul' is minGPT's
+    # rule, which the comment describes (optimizer_groups). Its DataLoader does not shuffle.
+    # The CPU presets, tuned with minGPT's choices, keep them (presets.MINGPT_TRAINER).
+    decay_rule = 'names'
+    shuffle = False
     # learning rate decay params: linear warmup followed by cosine decay to 10% of original
     lr_decay = False
     warmup_tokens = 375e6  # these default values are for GPT-1, but for our purposes they are overwritten by run.py
@@ -120,13 +127,25 @@ class Schedule:
         self.relaid = tuple(relaid) if relaid is not None else None
 
 
-def optimizer_groups(model, weight_decay):
-    """Weight decay on the matmul weights only (minGPT's configure_optimizers rule): a Linear's
-    weight is decayed, its bias is not, nor are LayerNorm and Embedding parameters. A parameter
-    held by a module of its own (the position table, the synthesizer's w2 and b2, the perceiver's
-    basis C) is placed by that module's `weight_decay` table {name: decayed?}; a parameter no rule
-    places is an error, so a new one cannot silently go without decay."""
+def optimizer_groups(model, weight_decay, rule='names'):
+    """AdamW's two groups, decayed and not, by `rule`.
+
+    'names', the handout's trainer: every parameter is decayed unless its name contains "bias" or
+    "LayerNorm.weight" (this model has no such name: only its biases escape).
+    'matmul', minGPT's configure_optimizers: a Linear's weight is decayed, its bias is not, nor are
+    LayerNorm and Embedding parameters. A parameter held by a module of its own (the position
+    table, the synthesizer's w2 and b2, the perceiver's basis C) is placed by that module's
+    `weight_decay` table {name: decayed?}; a parameter no rule places is an error, so a new one
+    cannot silently go without decay."""
+    if rule not in ('names', 'matmul'):
+        raise ValueError(f"optimizer_groups: rule must be 'names' or 'matmul', not {rule!r}")
     decay, no_decay = [], []
+    if rule == 'names':
+        for name, p in model.named_parameters():
+            escapes = 'bias' in name or 'LayerNorm.weight' in name
+            (no_decay if escapes else decay).append(p)
+        return [{"params": decay, "weight_decay": weight_decay},
+                {"params": no_decay, "weight_decay": 0.0}]
     for module_name, module in model.named_modules():
         declared = getattr(module, 'weight_decay', {})
         for name, p in module.named_parameters(recurse=False):
@@ -184,8 +203,8 @@ class Trainer:
         config = self.config
         model = self.wrapped_model()
         self.optimizer = optimizer = torch.optim.AdamW(
-            optimizer_groups(self.model, config.weight_decay), lr=config.learning_rate,
-            betas=config.betas, fused=self.device.type == 'cuda')
+            optimizer_groups(self.model, config.weight_decay, config.decay_rule),
+            lr=config.learning_rate, betas=config.betas, fused=self.device.type == 'cuda')
         self.generator = torch.Generator().manual_seed(torch.initial_seed())
         self.schedule = Schedule(config)
         self.precision = config.precision  # 'auto' is resolved by cpu_paths.ChoosePaths
@@ -205,7 +224,8 @@ class Trainer:
             epoch = self.start_epoch
             while epoch < self.schedule.max_epochs:  # (a time budget may re-plan it as it goes)
                 self.epoch_start_state = self.generator.get_state()
-                batches = batch_indices(len(self.train_dataset), config.batch_size, self.generator)
+                batches = batch_indices(len(self.train_dataset), config.batch_size, self.generator,
+                                        config.shuffle)
                 skip = self.start_it if epoch == self.start_epoch else 0
                 for it, (x, y) in enumerate(self.batches.epoch(batches[skip:]), start=skip):
                     loss = self._step(model, optimizer, autocast, x, y)
@@ -304,8 +324,9 @@ class Trainer:
         config, raw_model = self.config, self.model
         weights = {k: v.clone() for k, v in raw_model.state_dict().items()}
         rng = random_states(self.device)
-        optimizer = torch.optim.AdamW(optimizer_groups(raw_model, config.weight_decay), lr=0.0,
-                                      betas=config.betas, fused=self.device.type == 'cuda')
+        groups = optimizer_groups(raw_model, config.weight_decay, config.decay_rule)
+        optimizer = torch.optim.AdamW(groups, lr=0.0, betas=config.betas,
+                                      fused=self.device.type == 'cuda')
         order = batch_indices(len(self.train_dataset), config.batch_size,
                               torch.Generator().manual_seed(0))
         times, tokens = [], self.tokens

@@ -409,9 +409,14 @@ def test_skipped_positions_change_neither_loss_nor_gradients(name, overrides, le
 # ---- training: a short run, fast path vs the plain handout loop ---------------------------------
 
 def plain_losses(gpt, data, lr, epoch_batches, device='cpu'):
-    """The handout's training loop (fp32, full-length batches, written-out attention)."""
+    """The handout's training loop (fp32, full-length batches, written-out attention; its
+    optimizer's groups by name, as its trainer.py)."""
     gpt.to(device)
-    opt = torch.optim.AdamW(trainer.optimizer_groups(gpt, 0.1), lr=lr, betas=(0.9, 0.95))
+    named = list(gpt.named_parameters())
+    escapes = [any(s in n for s in ('bias', 'LayerNorm.weight')) for n, _ in named]
+    groups = [{'params': [p for (_, p), e in zip(named, escapes) if not e], 'weight_decay': 0.1},
+              {'params': [p for (_, p), e in zip(named, escapes) if e], 'weight_decay': 0.0}]
+    opt = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95))
     gpt.train()
     losses = []
     for batch in epoch_batches:
@@ -430,11 +435,13 @@ def fast_and_plain(data, name, precision='fp32', compile=False, device='cpu'):
     trainer.Trainer and by the plain loop: (fast losses, plain losses, fast model, plain model)."""
     pre, _ = data
     epochs, batch, lr = 2, 6, 3e-3
-    # the batches the Trainer will draw: its generator is seeded from torch's seed; the
-    # corruptions are drawn from python's `random`, seeded alike for both runs
+    # the batches the Trainer will draw: the dataset in its order (the handout's DataLoader
+    # does not shuffle), each batch's corruptions seeded from the Trainer's generator, itself
+    # seeded from torch's seed
     utils.set_seed(5)
     g = torch.Generator().manual_seed(torch.initial_seed())
-    order = [b for _ in range(epochs) for b in batches.batch_indices(len(pre), batch, g)]
+    order = [b for _ in range(epochs) for b in batches.batch_indices(len(pre), batch, g, False)]
+    assert [i for b, _ in order for i in b] == list(range(len(pre))) * epochs
 
     utils.set_seed(5)
     fast = tiny(pre.vocab_size, VARIANTS[name], fast=True, dropout=0.0)

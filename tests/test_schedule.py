@@ -9,6 +9,7 @@ import torch
 import batches
 import dataset
 import model
+import presets
 import trainer
 from test_batches import batch
 
@@ -57,6 +58,7 @@ def test_trainer_config_defaults():
         (10, 64, 3e-4, (0.9, 0.95), 1.0)
     assert (c.weight_decay, c.lr_decay, c.warmup_tokens, c.final_tokens) == (0.1, False, 375e6, 260e9)
     assert (c.ckpt_path, c.num_workers, c.writer) == (None, 0, None)
+    assert (c.decay_rule, c.shuffle) == ('names', False)  # the handout trainer's (see below)
     assert trainer.TrainerConfig(max_epochs=3, batch_size=5).max_epochs == 3
 
 
@@ -72,11 +74,37 @@ DECAYED_SUFFIXES = ('key.weight', 'query.weight', 'value.weight', 'proj.weight',
                     'mlp.0.weight', 'mlp.2.weight', 'head.weight', 'attn.w2')
 
 
-@pytest.mark.parametrize('kw', [{}, dict(synthesizer=True), dict(perceiver=True, bottleneck_dim=8)],
-                         ids=['vanilla', 'synthesizer', 'perceiver'])
-def test_optimizer_groups(kw):
+VARIANT_KW = [{}, dict(synthesizer=True), dict(perceiver=True, bottleneck_dim=8), dict(rope=True)]
+VARIANT_IDS = ['vanilla', 'synthesizer', 'perceiver', 'rope']
+
+
+@pytest.mark.parametrize('kw', VARIANT_KW, ids=VARIANT_IDS)
+def test_optimizer_groups_by_the_handout_s_names(kw):
+    """The handout's trainer.py (2021-22, 2022-23 and 2024-25 alike) puts a parameter in the
+    undecayed group when its name contains "bias" or "LayerNorm.weight", else in the decayed
+    one. No name here contains "LayerNorm": LayerNorm weights, embeddings, pos_emb, the
+    synthesizer's b2 and the perceiver's C are decayed."""
     gpt = tiny_gpt(**kw)
     groups = trainer.optimizer_groups(gpt, 0.1)
+    assert [g['weight_decay'] for g in groups] == [0.1, 0.0]
+    names = {id(p): n for n, p in gpt.named_parameters()}
+    decayed = [names[id(p)] for p in groups[0]['params']]
+    plain = [names[id(p)] for p in groups[1]['params']]
+    assert sorted(decayed + plain) == sorted(names.values())  # everything, once
+    assert plain == [n for n, _ in gpt.named_parameters() if 'bias' in n]
+    assert {'tok_emb.weight', 'blocks.0.ln1.weight', 'ln_f.weight', 'head.weight'} <= set(decayed)
+    assert ('pos_emb' in decayed) == (not kw.get('rope'))
+    if kw.get('synthesizer'):
+        assert {'blocks.0.attn.w2', 'blocks.0.attn.b2'} <= set(decayed)
+    if kw.get('perceiver'):
+        assert 'down_block.C' in decayed
+
+
+@pytest.mark.parametrize('kw', VARIANT_KW[:3], ids=VARIANT_IDS[:3])
+def test_optimizer_groups_by_mingpt_s_rule(kw):
+    """minGPT's rule (the CPU presets'): the matmul weights only."""
+    gpt = tiny_gpt(**kw)
+    groups = trainer.optimizer_groups(gpt, 0.1, 'matmul')
     assert [g['weight_decay'] for g in groups] == [0.1, 0.0]
     ids = [id(p) for g in groups for p in g['params']]
     assert len(ids) == len(set(ids))  # nothing twice
@@ -107,10 +135,10 @@ def test_optimizer_groups_refuse_a_parameter_no_rule_places():
     gpt = tiny_gpt()
     gpt.blocks[1].attn.gate = torch.nn.Parameter(torch.zeros(3))
     with pytest.raises(ValueError, match=r'blocks\.1\.attn\.gate \(CausalSelfAttention\)'):
-        trainer.optimizer_groups(gpt, 0.1)
+        trainer.optimizer_groups(gpt, 0.1, 'matmul')
     type(gpt.blocks[1].attn).weight_decay = {'gate': False}
     try:
-        groups = trainer.optimizer_groups(gpt, 0.1)
+        groups = trainer.optimizer_groups(gpt, 0.1, 'matmul')
     finally:
         del type(gpt.blocks[1].attn).weight_decay
     assert any(p is gpt.blocks[1].attn.gate for p in groups[1]['params'])
@@ -238,7 +266,8 @@ def test_the_handout_preset_is_the_handouts_run_py():
     assert (conf.embd_pdrop, conf.resid_pdrop, conf.attn_pdrop) == (0.1, 0.1, 0.1)
     assert presets.BLOCK_SIZE == 128 and presets.BOTTLENECK_DIM == 32
     common = dict(lr_decay=True, weight_decay=0.1, warmup_tokens=512 * 20,
-                  final_tokens_per_example=200 * 128, num_workers=4)
+                  final_tokens_per_example=200 * 128, num_workers=4,
+                  shuffle=False, decay_rule='names')  # (the handout's trainer.py, see above)
     assert handout['pretrain'] == dict(max_epochs=650, batch_size=128, learning_rate=6e-3, **common)
     assert handout['finetune_scratch'] == dict(max_epochs=75, batch_size=256, learning_rate=6e-4, **common)
     assert handout['finetune_pretrained'] == dict(max_epochs=10, batch_size=256, learning_rate=6e-4,
@@ -247,7 +276,8 @@ def test_the_handout_preset_is_the_handouts_run_py():
     for name, preset in presets.PRESETS.items():
         assert set(preset) == set(handout), name
         assert all(set(preset[s]) == set(handout[s]) for s in presets.HANDOUT), name
-    assert presets.PRESETS['cpu-rehearsal']['finetune_pretrained'] == handout['finetune_pretrained']
+    assert presets.PRESETS['cpu-rehearsal']['finetune_pretrained'] == \
+        {**handout['finetune_pretrained'], **presets.MINGPT_TRAINER}
     assert presets.rehearsal_lead('handout') is None  # the handout finetunes on the questions alone
 
 
@@ -295,3 +325,43 @@ def test_the_2024_edition_pretrains_to_650_epochs_of_tokens():
         presets.stage_values('cpu-rehearsal', 'pretrain')
     assert presets.edition(variant='rope') == '2024-25'
     assert presets.edition(variant='perceiver') == '2021-23'
+
+
+class RecordingDataset(torch.utils.data.Dataset):
+    """A dataset that notes which examples the trainer asks for, in order."""
+
+    def __init__(self, data):
+        self.data, self.asked = data, []
+
+    def __len__(self):
+        return len(self.data)
+
+    def __getitem__(self, i):
+        self.asked.append(i)
+        return self.data[i]
+
+
+@pytest.mark.parametrize('shuffle', [False, True])
+def test_batches_follow_the_dataset_s_order_as_the_handout_s_dataloader(name_data, shuffle):
+    """The handout's DataLoader has no shuffle: every epoch takes the examples in their order.
+    minGPT's (shuffle=True, the CPU presets') draws a fresh order each epoch."""
+    torch.manual_seed(0)
+    data = RecordingDataset(name_data)
+    conf = trainer.TrainerConfig(max_epochs=2, batch_size=8, shuffle=shuffle)
+    trainer.Trainer(tiny_gpt(vocab=len(name_data.stoi), n_layer=1), data, None, conf).train()
+    first, second = data.asked[:len(data)], data.asked[len(data):]
+    assert sorted(first) == sorted(second) == list(range(len(data)))
+    assert (first == second == list(range(len(data)))) == (not shuffle)
+
+
+def test_the_handout_preset_keeps_the_handout_s_trainer_and_cpu_presets_mingpt_s():
+    """The TrainerConfig defaults are the handout trainer's; the CPU presets' pretraining and
+    finetuning after it, tuned with minGPT's, keep minGPT's."""
+    conf = trainer.TrainerConfig()
+    for stage in ('pretrain', 'finetune_scratch', 'finetune_pretrained'):
+        values = presets.stage_values('handout', stage)
+        assert (values['shuffle'], values['decay_rule']) == (conf.shuffle, conf.decay_rule)
+        for name in ('cpu-20min', 'cpu-45min', 'cpu-rehearsal'):
+            values = presets.stage_values(name, stage)
+            want = (False, 'names') if stage == 'finetune_scratch' else (True, 'matmul')
+            assert (values['shuffle'], values['decay_rule']) == want, (name, stage)

@@ -143,14 +143,17 @@ def extracted(gpt, vocab, eval_lines):
     return sum(a == p for a, (_, p) in zip(answers, questions)) / len(questions), answers
 
 
-def train_steps(gpt, data, steps, learning_rate, warmup_steps, batch_size, weight_decay=0.1):
+def train_steps(gpt, data, steps, learning_rate, warmup_steps, batch_size, weight_decay=0.1,
+                decay_rule='matmul'):
     """`steps` batches of `data` (one pass), the learning rate warmed up over `warmup_steps` and
-    decayed by the cosine to its floor at the last step."""
+    decayed by the cosine to its floor at the last step; the weight decay on the parameters
+    `decay_rule` names (trainer.optimizer_groups)."""
     row = (presets.BLOCK_SIZE - 1) * batch_size
     tconf = trainer.TrainerConfig(max_epochs=1, batch_size=batch_size,
                                   learning_rate=learning_rate, lr_decay=True,
                                   warmup_tokens=warmup_steps * row, final_tokens=steps * row,
-                                  weight_decay=weight_decay, precision='auto', log_every=50)
+                                  weight_decay=weight_decay, precision='auto', log_every=50,
+                                  shuffle=True, decay_rule=decay_rule)
     trainer.Trainer(gpt, data, None, tconf).train()
 
 
@@ -196,6 +199,9 @@ def main(argv=None):
     ap.add_argument('--warmup_steps', type=int, default=30)
     ap.add_argument('--weight_decay', type=float, default=0.1,
                     help='AdamW\'s, on the matmul weights (the handout\'s 0.1)')
+    ap.add_argument('--decay_rule', choices=('matmul', 'names'), default='matmul',
+                    help="which parameters the weight decay reaches: minGPT's matmul weights (the "
+                         "CPU presets', E0-E17) or the handout trainer's every-name-but-bias")
     ap.add_argument('--n_embd', type=int, default=presets.MODEL['n_embd'])
     ap.add_argument('--n_layer', type=int, default=presets.MODEL['n_layer'])
     ap.add_argument('--seed', type=int, default=0)
@@ -247,7 +253,7 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     start = time.time()
     train_steps(gpt, mix, args.steps, args.learning_rate, args.warmup_steps, args.batch_size,
-                args.weight_decay)
+                args.weight_decay, args.decay_rule)
     minutes = (time.time() - start) / 60
     gpt.eval()
     result = dict(vars(args), minutes=round(minutes, 2), machine=torch.backends.cpu.get_cpu_capability(),

@@ -176,7 +176,7 @@ class SynthesizerAttention(nn.Module):
     """Eq. (11): Y_i = softmax(ReLU(X A_i + b_1) B_i + b_2) (X V_i), causally masked.
     w1 holds A_i and b_1 for all heads; w2 (shared by the heads, as in the handout) is B_i and
     b2 is b_2, both with block_size - 1 columns because inputs are block_size - 1 long."""
-    weight_decay = {'w2': True, 'b2': False}  # w2 is a matmul weight, b2 a bias (trainer.optimizer_groups)
+    weight_decay = {'w2': True, 'b2': False}  # a matmul weight, a bias (optimizer_groups' 'matmul')
 
     def __init__(self, config):
         super().__init__()

@@ -8,13 +8,13 @@ epochs left are fitted again to the time left, at the pace the epochs have run (
 steps can mislead, and a machine gets busier or idler): the mean epoch since the pace last
 changed (Pace), so that one slow epoch among many short ones (a GPU's 0.3 s epochs with a 0.5 s
 one now and then) moves nothing; the run's first step, which waits for what is set up once, is
-left out of its first epoch's pace. When that changes the plan, the rest of the cosine is laid over
-the new number of epochs from where the schedule stands (the learning rate goes on smoothly, and
-the last step is at the floor). The plan changes only when it matters, judged at the pace less
-or plus its uncertainty (Pace.error): it shrinks when the epochs planned would end past the
-budget less half its margin, and grows when at least GROW more epochs fit, so a pace that wavers
-leaves it alone. The run trains the number of epochs it printed last. A budgeted run that fits every epoch is the
-unbudgeted run.
+left out of its first epoch's pace. When that changes the plan, the rest of the cosine is laid
+over the new number of epochs from where the schedule stands (the learning rate goes on
+smoothly, and the last step is at the floor). The plan changes only when it matters, judged at
+the pace less or plus its uncertainty (Pace.error): it shrinks when the epochs planned would end
+past the budget less half its margin, and grows when at least GROW more epochs fit, so a pace
+that wavers leaves it alone. The run trains the number of epochs it printed last. A budgeted run
+that fits every epoch is the unbudgeted run.
 """
 import statistics
 import time

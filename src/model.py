@@ -116,7 +116,7 @@ class DownProjectBlock(nn.Module):
     """Transformer block used for down projection: cross-attention from the learned basis C
     (bottleneck_dim queries, eq. 5) onto the input sequence, so the blocks after it work on
     bottleneck_dim positions instead of the input length."""
-    weight_decay = {'C': False}  # a table of query vectors, like an embedding (trainer.optimizer_groups)
+    weight_decay = {'C': False}  # query vectors, like an embedding (optimizer_groups' 'matmul')
 
     def __init__(self, config):
         super().__init__()
@@ -165,7 +165,7 @@ class UpProjectBlock(nn.Module):
 
 class GPT(nn.Module):
     """  the full GPT language model, with a context size of block_size """
-    weight_decay = {'pos_emb': False}  # a lookup table, like tok_emb (trainer.optimizer_groups)
+    weight_decay = {'pos_emb': False}  # a lookup table, like tok_emb (optimizer_groups' 'matmul')
 
     def __init__(self, config):
         super().__init__()

@@ -39,3 +39,20 @@ def test_same_compares_tensors_and_bytes(tmp_path):
         assert {f'{variant}.pretrain.params', f'{variant}.finetune.params',
                 f'{variant}.dev.predictions'} <= set(outputs)
     assert 'vanilla-bf16.pretrain.params' in outputs
+
+
+def test_a_preset_s_commands_are_the_handout_s_with_that_preset():
+    """--preset NAME: the same commands with --preset NAME; beyond the handout, --plain (a preset
+    without dropout would let each tree time two attention paths) and the questions for a
+    pretraining that mixes them in. The handout's commands are as they were."""
+    compare = load()
+    handout, cpu = compare.commands(), compare.commands('cpu-20min')
+    assert [out for _, out in handout] == [out for _, out in cpu]
+    for (argv, _), (argv_cpu, _) in zip(handout, cpu):
+        if 'bf16' in argv:
+            assert argv_cpu == argv
+            continue
+        assert argv[argv.index('--preset') + 1] == 'handout' and '--plain' not in argv
+        assert argv_cpu[argv_cpu.index('--preset') + 1] == 'cpu-20min' and '--plain' in argv_cpu
+        if argv[0] == 'pretrain':
+            assert '--finetune_corpus_path' not in argv and '--finetune_corpus_path' in argv_cpu

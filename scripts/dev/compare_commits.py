@@ -3,6 +3,7 @@ their params compared tensor by tensor and their predictions byte by byte.
 
     python scripts/dev/compare_commits.py BEFORE            # commit BEFORE against the working tree
     python scripts/dev/compare_commits.py BEFORE AFTER      # two commits
+    python scripts/dev/compare_commits.py BEFORE --preset cpu-20min   # a preset's commands
 
 For a change that should change no result (a reorganisation, a faster path): every variant is
 pretrained for 1 epoch (fp32) on the first 300 lines of wiki.txt and the questions' lines,
@@ -30,13 +31,20 @@ VARIANTS = {v: ['--bottleneck_dim', '64'] if 'bottleneck_dim' in settings else [
 FIXED = ['--max_epochs', '1', '--seed', '0', '--num_workers', '0', '--device', 'cpu']
 
 
-def commands():
+def commands(preset='handout'):
     """[(argv, output file)] in the order they run (finetuning reads the pretrained params)."""
     steps = []
     for variant, extra in VARIANTS.items():
-        common = [variant, 'corpus.txt', *extra, *FIXED, '--precision', 'fp32']
-        steps.append((['pretrain', *common, '--writing_params_path', f'{variant}.pretrain.params'],
-                      f'{variant}.pretrain.params'))
+        common = [variant, 'corpus.txt', *extra, *FIXED, '--precision', 'fp32', '--preset', preset]
+        questions = []
+        if preset != 'handout':
+            # a preset without dropout lets each tree time two attention paths (either may win):
+            # --plain takes the same one in both; a preset that mixes the questions into
+            # pretraining reads them then too
+            common.append('--plain')
+            questions = ['--finetune_corpus_path', 'train.tsv']
+        steps.append((['pretrain', *common, '--writing_params_path', f'{variant}.pretrain.params',
+                       *questions], f'{variant}.pretrain.params'))
         steps.append((['finetune', *common, '--reading_params_path', f'{variant}.pretrain.params',
                        '--writing_params_path', f'{variant}.finetune.params',
                        '--finetune_corpus_path', 'train.tsv'], f'{variant}.finetune.params'))
@@ -55,11 +63,13 @@ def head(name, n):
         return ''.join(line for _, line in zip(range(n), f))
 
 
-def run_tree(tree, folder):
-    """Run commands() with tree's src/run.py in `folder` (holding the inputs)."""
-    env = {**os.environ, 'CS224N_PATH_CACHE': os.path.join(folder, 'paths.json')}
+def run_tree(tree, folder, preset):
+    """Run commands(preset) with tree's src/run.py in `folder` (holding the inputs)."""
+    # (the thread count fixed: one that followed the machine's load would change the sums' order)
+    env = {**os.environ, 'CS224N_PATH_CACHE': os.path.join(folder, 'paths.json'),
+           'CS224N_THREADS': 'fixed'}
     env.pop('CS224N_EDITION', None)
-    for argv, _ in commands():
+    for argv, _ in commands(preset):
         proc = subprocess.run([sys.executable, os.path.join(tree, 'src', 'run.py'), *argv],
                               cwd=folder, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
@@ -78,6 +88,8 @@ def main():
     ap = OneLineParser(prog='python scripts/dev/compare_commits.py', description=__doc__.split('\n')[0])
     ap.add_argument('before', help='a commit')
     ap.add_argument('after', nargs='?', default=None, help='a commit (default: the working tree)')
+    ap.add_argument('--preset', default='handout',
+                    help="the commands' --preset (default handout; both trees must know it)")
     args = ap.parse_args()
     train, dev = head('birth_places_train.tsv', 256), head('birth_dev.tsv', 40)
     # the questions' lines join the corpus: its vocabulary must hold their characters
@@ -101,13 +113,14 @@ def main():
                 with open(os.path.join(folders[label], name), 'w', encoding='utf-8') as f:
                     f.write(text)
             print(f'running the commands with {rev or "the working tree"} ...', flush=True)
-            run_tree(tree, folders[label])
+            run_tree(tree, folders[label], args.preset)
         differ = 0
-        for _, name in commands():
+        for _, name in commands(args.preset):
             ok = same(os.path.join(folders['before'], name), os.path.join(folders['after'], name))
             differ += not ok
             print(f'{name}: {"identical" if ok else "DIFFERENT"}')
-    print(f'{len(commands()) - differ} of {len(commands())} outputs identical')
+    total = len(commands(args.preset))
+    print(f'{total - differ} of {total} outputs identical')
     sys.exit(1 if differ else 0)
 
 

@@ -144,7 +144,7 @@ def extracted(gpt, vocab, eval_lines):
 
 
 def train_steps(gpt, data, steps, learning_rate, warmup_steps, batch_size, weight_decay=0.1,
-                decay_rule='matmul'):
+                decay_rule=presets.MINGPT_TRAINER['decay_rule']):
     """`steps` batches of `data` (one pass), the learning rate warmed up over `warmup_steps` and
     decayed by the cosine to its floor at the last step; the weight decay on the parameters
     `decay_rule` names (trainer.optimizer_groups)."""
@@ -153,7 +153,7 @@ def train_steps(gpt, data, steps, learning_rate, warmup_steps, batch_size, weigh
                                   learning_rate=learning_rate, lr_decay=True,
                                   warmup_tokens=warmup_steps * row, final_tokens=steps * row,
                                   weight_decay=weight_decay, precision='auto', log_every=50,
-                                  shuffle=True, decay_rule=decay_rule)
+                                  **dict(presets.MINGPT_TRAINER, decay_rule=decay_rule))
     trainer.Trainer(gpt, data, None, tconf).train()
 
 
@@ -199,7 +199,8 @@ def main(argv=None):
     ap.add_argument('--warmup_steps', type=int, default=30)
     ap.add_argument('--weight_decay', type=float, default=0.1,
                     help='AdamW\'s, on the matmul weights (the handout\'s 0.1)')
-    ap.add_argument('--decay_rule', choices=('matmul', 'names'), default='matmul',
+    ap.add_argument('--decay_rule', choices=('matmul', 'names'),
+                    default=presets.MINGPT_TRAINER['decay_rule'],
                     help="which parameters the weight decay reaches: minGPT's matmul weights (the "
                          "CPU presets', E0-E17) or the handout trainer's every-name-but-bias")
     ap.add_argument('--n_embd', type=int, default=presets.MODEL['n_embd'])

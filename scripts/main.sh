@@ -27,9 +27,9 @@ if [ -z "$preset" ]; then
   else
     preset=cpu-20min
     echo "No GPU found: running the 'cpu-20min' preset, NOT the handout's model or data: a 128-wide"
-    echo "model pretrained for 17 minutes on short views of each wiki.txt line mixed with the training"
-    echo "questions, then one epoch more of the mix (src/presets.py, docs/cpu-recipe.md);"
-    echo "--full runs the handout's schedule."
+    echo "model (4 layers, or 2 on a machine too slow for enough steps of 4) pretrained for 17 minutes"
+    echo "on short views of each wiki.txt line mixed with the training questions, then one epoch"
+    echo "more of the mix (src/presets.py, docs/cpu-recipe.md); --full runs the handout's schedule."
   fi
 fi
 

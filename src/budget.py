@@ -31,6 +31,27 @@ def epochs_that_fit(seconds, epoch_seconds, budget):
     return int((seconds - MARGIN * budget) // epoch_seconds)
 
 
+def measured_step(trainer, start, clock, ahead=False):
+    """Seconds per training step of the trainer's model and batches here, in trainer.precision:
+    the median of a few timed steps (Trainer.timed_steps: undone), the slowest rank's under
+    torchrun. Past 3 timed steps it stops once `start` lies 2% of the budget back."""
+    config = trainer.config
+    times = trainer.timed_steps(
+        trainer.precision, warm=3 if config.compile else 2, timed=10, ahead=ahead,
+        stop=lambda t: len(t) >= 3 and clock() - start > 0.02 * config.time_budget)
+    step = sorted(times)[len(times) // 2]  # the median: one slow step is no trend
+    return distributed.agree(step, trainer.device, 'max')  # every rank plans the slowest's epochs
+
+
+def steps_that_fit(trainer, start, clock=time.time):
+    """(training steps that end within config.time_budget seconds from `start`, less the
+    margin, at the pace measured now (measured_step); that pace): what a budgeted run of this
+    trainer's model would plan, asked before training it."""
+    step = measured_step(trainer, start, clock)
+    left = trainer.config.time_budget - (clock() - start)
+    return max(epochs_that_fit(left, step, trainer.config.time_budget), 0), step
+
+
 class Pace:
     """Seconds per epoch now: the mean of the epochs since the pace last changed. A change is
     the mean of the last RECENT epochs lying more than SIGMAS standard errors from the mean of
@@ -108,13 +129,7 @@ class TimeBudget:
         """Fix max_epochs to what ends within time_budget, from a few timed training steps of this
         model on batches of this dataset, with this run's settings."""
         config = trainer.config
-        # past 3 timed steps, stop once the measuring costs 2% of the budget
-        times = trainer.timed_steps(
-            trainer.precision, warm=3 if config.compile else 2, timed=10,
-            ahead=trainer.batches.ahead,
-            stop=lambda t: len(t) >= 3 and self.clock() - self.start > 0.02 * config.time_budget)
-        step = sorted(times)[len(times) // 2]  # the median: one slow step is no trend
-        step = distributed.agree(step, trainer.device, 'max')  # every rank plans the slowest's epochs
+        step = measured_step(trainer, self.start, self.clock, trainer.batches.ahead)
         steps_per_epoch = trainer.steps_per_epoch
         epoch_seconds = step * steps_per_epoch
         fit = epochs_that_fit(self.left(trainer), epoch_seconds, config.time_budget)

@@ -158,6 +158,13 @@ def describe_params(state):
     return 'a vanilla model'
 
 
+def layers_of(state):
+    """The n_layer of the GPT a state_dict is of: its blocks (blocks.N.), and a perceiver's down
+    and up blocks."""
+    blocks = {key.split('.')[1] for key in state if re.match(r'blocks\.\d+\.', key)}
+    return len(blocks) + (2 if 'down_block.C' in state else 0)
+
+
 class ParamsProblem(Exception):
     """What is wrong with a params file, in words that follow its path."""
 

@@ -118,7 +118,8 @@ def set_checkout_edition(name):
 MINGPT_TRAINER = dict(shuffle=True, decay_rule='matmul')
 
 
-def _preset(model=None, rehearsal_lead=None, mix=None, time_budget=None, **stage_changes):
+def _preset(model=None, rehearsal_lead=None, mix=None, time_budget=None, slow=None,
+            **stage_changes):
     """The handout's model and stages, with some values replaced. rehearsal_lead: finetuning
     after pretraining also trains on the pretraining corpus, each example led by this text
     (dataset.LeadInDataset); None (the handout) finetunes on the questions alone. mix:
@@ -126,12 +127,15 @@ def _preset(model=None, rehearsal_lead=None, mix=None, time_budget=None, **stage
     the training questions' file, unless --finetune_corpus_path names one; question_share;
     lead)); None: the handout's CharCorruptionDataset, then the questions. time_budget:
     {stage: minutes}, the stage trains the epochs (up to its max_epochs) that end within them
-    on the machine it runs on (run.py --time_budget, budget.py)."""
+    on the machine it runs on (run.py --time_budget, budget.py). slow: dict(model=changes,
+    below_steps=N): where the model fits fewer than N steps into a budgeted pretraining here,
+    pretraining builds it with these changes instead (run.py pretrain_model); None: never."""
     preset = {stage: {**values, **stage_changes.get(stage, {})} for stage, values in HANDOUT.items()}
     preset['model'] = {**MODEL, **(model or {})}
     preset['rehearsal_lead'] = rehearsal_lead
     preset['mix'] = dict(mix) if mix else None
     preset['time_budget'] = dict(time_budget or {})
+    preset['slow'] = dict(slow) if slow else None
     return preset
 
 
@@ -164,6 +168,12 @@ CPU_RECIPE = dict(
 # short views store each place under the name, and the questions teach reading it from there.
 # On 200 people held out of the training questions (a 2-core AVX2 EPYC, fp32, 3,500 steps):
 # 88% of their places stored, 26.5% of their questions answered; 24.0% after the finetuning.
+# On a slower machine (one core of that EPYC fits about 1,900 steps into 17 minutes, and the model
+# answers 3.5% of those questions there, E12), a 2-layer model takes twice the steps in that time
+# and answers more (11.0% at 3,500 steps, E17; 12.5% at 5,000, E18), while from 2,400 steps on
+# the 4-layer model answers more (14.0%, E20; two cores' 3,000: 18-23% dev). So pretraining times
+# a few steps of the 4-layer model first and builds the 2-layer one below SLOW_BELOW_STEPS.
+SLOW_BELOW_STEPS = 2200
 MIX_STEP = 64 * (BLOCK_SIZE - 1)  # the positions of one step at batch 64, as the schedule counts
 CPU_MIX = dict(
     model=dict(n_embd=128, embd_pdrop=0.0, resid_pdrop=0.0, attn_pdrop=0.0),
@@ -172,6 +182,7 @@ CPU_MIX = dict(
                   final_tokens_per_example=650 * (BLOCK_SIZE - 1), **MINGPT_TRAINER),
     finetune_pretrained=dict(max_epochs=1, batch_size=64,
                              final_tokens_per_example=1 * (BLOCK_SIZE - 1), **MINGPT_TRAINER),
+    slow=dict(model=dict(n_layer=2), below_steps=SLOW_BELOW_STEPS),
 )
 
 PRESETS = {
@@ -217,6 +228,13 @@ def rehearsal_lead(preset):
 def mix(preset):
     """The preset's mixed training (see _preset), or None (the handout's datasets)."""
     return PRESETS[preset]['mix']
+
+
+def slow_machine(preset):
+    """The preset's model for a slow machine, dict(model=changes, below_steps=N) (see _preset),
+    or None."""
+    slow = PRESETS[preset]['slow']
+    return None if slow is None else dict(slow, model=dict(slow['model']))
 
 
 def model_values(preset):

@@ -19,7 +19,7 @@ import time
 
 START = time.time()  # a --time_budget counts from here
 
-from torch import __version__ as torch_version  # noqa: E402
+import torch  # noqa: E402
 from torch.utils.data import ConcatDataset  # noqa: E402
 
 import checkpoint
@@ -33,6 +33,7 @@ import model
 import presets
 import trainer
 import utils
+from budget import steps_that_fit
 from datafiles import resolve
 from decode import greedy_complete
 from utils import OneLineParser, UsageError
@@ -185,16 +186,72 @@ def describe_model(args):
     return f'a {args.variant} model'
 
 
-def build_model(args, vocab_size, block_size, device):
+def build_model(args, vocab_size, block_size, device, **changes):
+    """The preset's model (with `changes` to its sizes)."""
     mconf = model.config_for(args.variant, vocab_size, block_size, args.bottleneck_dim,
-                             **presets.model_values(args.preset), fast_attention=not args.plain,
-                             skip_padding=not args.plain, fast_dropout=not args.plain)
+                             **{**presets.model_values(args.preset), **changes},
+                             fast_attention=not args.plain, skip_padding=not args.plain,
+                             fast_dropout=not args.plain)
     if args.dropout is not None:
         mconf.embd_pdrop = mconf.resid_pdrop = mconf.attn_pdrop = args.dropout
     return model.GPT(mconf).to(device)
 
 
-def train(gpt, data, args, stage, pretrain_len, lr, device, writer, path):
+def saved_state(args):
+    """The model state the command starts from: a --resume checkpoint's, or finetune's and
+    evaluate's --reading_params_path; None where there is none or it does not read (loading it
+    says why, later)."""
+    try:
+        if args.resume:
+            return torch.load(args.writing_params_path + '.ckpt', map_location='cpu',
+                              weights_only=True)['model']
+        if args.reading_params_path is not None and args.function != 'pretrain':
+            return inputs.read_state(args.reading_params_path)
+    except Exception:
+        return None
+    return None
+
+
+def model_for(args, data, vocab_size, block_size, device, clock=time.time, start=START):
+    """The model to train, or to read params into: the preset's (build_model); for a preset
+    with a model for slow machines (presets.slow_machine), that one where the params or the
+    checkpoint resumed are of its depth, or where a budgeted pretraining measures (a few steps,
+    undone, on `clock`) that the preset's model fits fewer steps into the budget here."""
+    slow = presets.slow_machine(args.preset)
+    if slow is None:
+        return build_model(args, vocab_size, block_size, device)
+    saved = saved_state(args)
+    if saved is not None:
+        smaller = inputs.layers_of(saved) == slow['model']['n_layer']
+        return build_model(args, vocab_size, block_size, device, **(slow['model'] if smaller else {}))
+    randoms = devices.random_states(device)  # the smaller model is initialised as if built first
+    gpt = build_model(args, vocab_size, block_size, device)
+    if args.function != 'pretrain':
+        return gpt
+    tconf, _ = trainer_config(args, 'pretrain', len(data), args.pretrain_lr, device, None,
+                              args.writing_params_path)
+    if tconf.time_budget is None:
+        return gpt
+    probe = trainer.Trainer(gpt, data, None, tconf)
+    probe.precision = tconf.precision
+    probe.wrapped_model()
+    cpu_paths.ChoosePaths().on_train_start(probe)  # the precision and path it would train in
+    steps, step = steps_that_fit(probe, start, clock)
+    probe.wrapped = None
+    steps = int(distributed.agree(steps, device, 'min'))
+    if steps >= slow['below_steps']:
+        return gpt
+    if distributed.rank() == 0:
+        print(f'the {args.preset} preset: its {inputs.layers_of(gpt.state_dict())}-layer model fits '
+              f'{steps:,} steps ({step:.3f} s each) into the {tconf.time_budget / 60:g} min of '
+              f'pretraining here, fewer than {slow["below_steps"]:,}: pretraining a '
+              f'{slow["model"]["n_layer"]}-layer model instead (src/presets.py)', flush=True)
+    devices.set_random_states(randoms, device)
+    return build_model(args, vocab_size, block_size, device, **slow['model'])
+
+
+def trainer_config(args, stage, pretrain_len, lr, device, writer, path):
+    """(The TrainerConfig of `stage` for this command, its time budget in minutes or None)."""
     values = presets.stage_values(args.preset, stage, args.edition)
     final = values.pop('final_tokens_per_example') * pretrain_len
     budget = args.time_budget if args.time_budget is not None else presets.time_budget(args.preset, stage)
@@ -213,6 +270,11 @@ def train(gpt, data, args, stage, pretrain_len, lr, device, writer, path):
         resume_path=path + '.ckpt', resume=args.resume, checkpoint_every=args.checkpoint_every,
         time_budget=None if budget is None else budget * 60, start_time=START,
         budget_may_grow=args.time_budget is None or args.time_budget_share)
+    return tconf, budget
+
+
+def train(gpt, data, args, stage, pretrain_len, lr, device, writer, path):
+    tconf, budget = trainer_config(args, stage, pretrain_len, lr, device, writer, path)
     if tconf.precision == 'bf16' and device.startswith('cuda') and distributed.rank() == 0:
         print('warning: --precision bf16 on a GPU: the handout\'s pretraining under it climbed back '
               'to a loss of 3.6 on an H100 where fp32 learned (results/h100-80gb-hbm3/README.md)',
@@ -231,6 +293,7 @@ def train(gpt, data, args, stage, pretrain_len, lr, device, writer, path):
                      weight_decay=tconf.weight_decay, decay_rule=tconf.decay_rule,
                      shuffle=tconf.shuffle, warmup_tokens=tconf.warmup_tokens,
                      final_tokens=run.schedule.final_tokens,
+                     n_layer=inputs.layers_of(gpt.state_dict()),
                      time_budget_minutes=budget, epochs_asked=tconf.max_epochs,
                      epochs_planned=run.schedule.max_epochs, epochs_trained=run.epochs_trained,
                      steps=run.step)
@@ -241,7 +304,7 @@ def write_record(args, output, device, **used):
     command actually used (the preset's and the flags', and what the run chose or planned on the
     way), for whoever reads the output later. Not read back by any command."""
     record = dict(function=args.function, variant=args.variant, preset=args.preset,
-                  edition=args.edition, commit=utils.source_commit(), torch=torch_version,
+                  edition=args.edition, commit=utils.source_commit(), torch=torch.__version__,
                   device=str(device), seed=args.seed,
                   reading_params_path=args.reading_params_path,
                   bottleneck_dim=bottleneck_of(args),
@@ -345,7 +408,8 @@ def run(args):
         prompts, gold_lines = inputs.read_evaluation(args.eval_path, pretrain_dataset.stoi,
                                                      args.strict)
 
-    gpt = build_model(args, pretrain_dataset.vocab_size, pretrain_dataset.block_size, device)
+    gpt = model_for(args, pretrain_data if args.function == 'pretrain' else None,
+                    pretrain_dataset.vocab_size, pretrain_dataset.block_size, device)
     if args.reading_params_path is not None and args.function != 'pretrain':
         inputs.load_params(gpt, args.reading_params_path, describe_model(args), device)
 

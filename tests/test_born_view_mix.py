@@ -145,8 +145,9 @@ def test_pretraining_the_mix_needs_its_questions(tmp_path):
 def test_the_cpu_20min_pipeline_trains_a_smaller_model_on_the_mix(tmp_path):
     """The handout's commands with --preset cpu-20min: pretrain reads birth_places_train.tsv
     (found in the working folder like the other data names) and says that it mixes it in; the
-    params are the preset's 128-wide model, which finetune continues on the mix at the
-    handout's finetuning rate and evaluate reads back."""
+    params are the preset's 128-wide model (4 layers where it fits enough steps, as here),
+    which finetune continues on the mix at the handout's finetuning rate and evaluate reads
+    back; params of its 2-layer model for slow machines go the same way."""
     import subprocess
     import sys
     from tiny_run import CORPUS, ENV, FAST, TRAIN, DEV, tsv
@@ -165,14 +166,31 @@ def test_the_cpu_20min_pipeline_trains_a_smaller_model_on_the_mix(tmp_path):
     assert 'mixed with the questions of birth_places_train.tsv' in out
     state = torch.load(tmp_path / 'pre.params', weights_only=True)
     assert state['tok_emb.weight'].shape[1] == 128
+    import inputs
+    import json
+    # this tiny corpus's steps fit far more than 2,200 into 17 minutes: the 4-layer model
+    assert inputs.layers_of(state) == 4 and 'pretraining a 2-layer model' not in out
+    record = json.loads((tmp_path / 'pre.params.run.json').read_text(encoding='utf-8'))
+    assert record['n_layer'] == 4
     out = run('finetune', 'vanilla', 'corpus.txt', '--reading_params_path', 'pre.params',
               '--writing_params_path', 'fine.params', '--finetune_corpus_path',
               'birth_places_train.tsv')
     assert 'mixed with the questions of birth_places_train.tsv' in out
-    import json
     record = json.loads((tmp_path / 'fine.params.run.json').read_text(encoding='utf-8'))
     assert record['preset'] == 'cpu-20min' and record['learning_rate'] == 6e-4
     out = run('evaluate', 'vanilla', 'corpus.txt', '--reading_params_path', 'fine.params',
               '--eval_corpus_path', 'dev.tsv', '--outputs_path', 'dev.predictions')
     assert 'Correct: ' in out
     assert len((tmp_path / 'dev.predictions').read_text(encoding='utf-8').splitlines()) == len(DEV)
+
+    # params of the preset's model for slow machines (2 layers) go through finetune and evaluate
+    two = {k: v for k, v in state.items() if not k.startswith(('blocks.2.', 'blocks.3.'))}
+    torch.save(two, tmp_path / 'two.params')
+    run('finetune', 'vanilla', 'corpus.txt', '--reading_params_path', 'two.params',
+        '--writing_params_path', 'two.fine.params', '--finetune_corpus_path', 'birth_places_train.tsv')
+    record = json.loads((tmp_path / 'two.fine.params.run.json').read_text(encoding='utf-8'))
+    assert record['n_layer'] == 2
+    assert inputs.layers_of(torch.load(tmp_path / 'two.fine.params', weights_only=True)) == 2
+    out = run('evaluate', 'vanilla', 'corpus.txt', '--reading_params_path', 'two.fine.params',
+              '--eval_corpus_path', 'dev.tsv', '--outputs_path', 'two.predictions')
+    assert 'Correct: ' in out

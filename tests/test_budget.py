@@ -255,3 +255,99 @@ def test_the_first_step_s_one_off_cost_is_not_taken_for_the_pace(name_data, monk
     assert 'time budget: after epoch' not in out and 'stopping' not in out, out
     assert t.schedule.max_epochs == 20 and len(lrs) == 3 * 20
     assert took == pytest.approx(1 + 20 * 0.3) and lrs[-1] == pytest.approx(1e-4)
+
+
+# cpu-20min's model for a slow machine (presets.slow_machine, run.model_for)
+
+def pretrain_args(*extra, preset='cpu-20min'):
+    import run
+    args = run.parse_args(['pretrain', 'vanilla', 'corpus.txt', '--writing_params_path',
+                           'p.params', '--preset', preset, '--precision', 'fp32', *extra])
+    args.edition = '2021-23'  # (check_args fills it in)
+    return args
+
+
+@pytest.mark.parametrize('step, layers', [(0.6, 2), (0.3, 4)])
+def test_a_machine_too_slow_for_the_presets_model_pretrains_its_smaller_one(
+        name_data, monkeypatch, capsys, step, layers):
+    """cpu-20min pretrains its 4-layer model where a few timed steps say it fits at least
+    2,200 steps into its 17 minutes, else the 2-layer one, with one line saying so. The timed
+    steps are undone, and the 2-layer model starts from the weights it would have if built
+    first: the choice changes the model, not the seed's draws."""
+    import inputs
+    import presets
+    import run
+    monkeypatch.setattr(trainer.Trainer, 'timed_steps', lambda self, *a, **k: [step] * 3)
+    clock = FakeClock()
+    torch.manual_seed(0)
+    gpt = run.model_for(pretrain_args(), name_data, len(name_data.stoi), name_data.block_size,
+                        'cpu', clock=clock, start=clock.now)
+    out = capsys.readouterr().out
+    assert inputs.layers_of(gpt.state_dict()) == layers
+    # 17 min less the budget's 5% margin, at 0.6 s a step: 1,615 steps; at 0.3 s, 3,230
+    said = ('the cpu-20min preset: its 4-layer model fits 1,615 steps (0.600 s each) into the '
+            '17 min of pretraining here, fewer than 2,200: pretraining a 2-layer model instead')
+    assert (said in out) == (layers == 2), out
+    torch.manual_seed(0)
+    want = run.build_model(pretrain_args(), len(name_data.stoi), name_data.block_size, 'cpu',
+                           **(presets.slow_machine('cpu-20min')['model'] if layers == 2 else {}))
+    assert gpt.state_dict().keys() == want.state_dict().keys()
+    assert all(torch.equal(v, want.state_dict()[k]) for k, v in gpt.state_dict().items())
+
+
+def test_only_a_budgeted_pretraining_of_a_preset_with_a_slow_model_measures(name_data, monkeypatch):
+    """The handout's preset never changes its model, nor does cpu-20min where no time budget
+    applies (finetuning from scratch): nothing is timed for them."""
+    import inputs
+    import run
+
+    def timed(self, *a, **k):
+        raise AssertionError('timed steps')
+    monkeypatch.setattr(trainer.Trainer, 'timed_steps', timed)
+    scratch = run.parse_args(['finetune', 'vanilla', 'corpus.txt', '--writing_params_path',
+                              'f.params', '--finetune_corpus_path', 'train.tsv', '--preset',
+                              'cpu-20min', '--precision', 'fp32'])
+    scratch.edition = '2021-23'
+    for args in (pretrain_args('--time_budget', '1', preset='handout'), scratch):
+        gpt = run.model_for(args, name_data, len(name_data.stoi), name_data.block_size, 'cpu')
+        assert inputs.layers_of(gpt.state_dict()) == 4
+
+
+def test_params_and_checkpoints_of_the_slow_model_are_read_into_it(name_data, monkeypatch, tmp_path):
+    """Finetuning or evaluating cpu-20min's params, or resuming its pretraining, builds the
+    depth the file holds when it is the preset's or its slow model's, without timing anything;
+    any other depth gets the preset's model, which the load then refuses in one line."""
+    import inputs
+    import run
+    import utils
+
+    def timed(self, *a, **k):
+        raise AssertionError('timed steps')
+    monkeypatch.setattr(trainer.Trainer, 'timed_steps', timed)
+    monkeypatch.chdir(tmp_path)
+    vocab, block = len(name_data.stoi), name_data.block_size
+    for layers in (2, 3, 4):
+        state = run.build_model(pretrain_args(), vocab, block, 'cpu', n_layer=layers).state_dict()
+        torch.save(state, f'{layers}.params')
+        torch.save({'model': state, 'optimizer': {}, 'epoch': 1}, 'p.params.ckpt')
+        want = layers if layers != 3 else 4
+        evaluate = run.parse_args(['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path',
+                                   f'{layers}.params', '--eval_corpus_path', 'dev.tsv',
+                                   '--outputs_path', 'o', '--preset', 'cpu-20min'])
+        evaluate.edition = '2021-23'
+        for args in (evaluate, pretrain_args('--resume')):
+            gpt = run.model_for(args, name_data, vocab, block, 'cpu')
+            assert inputs.layers_of(gpt.state_dict()) == want
+        if layers == 3:
+            with pytest.raises(utils.UsageError, match=r'3\.params: params are a vanilla model of '
+                               'other sizes'):
+                inputs.load_params(gpt, '3.params', 'a vanilla model', 'cpu')
+
+
+def test_the_layers_a_state_dict_holds():
+    """inputs.layers_of: the n_layer a GPT was built with, from its keys alone (a perceiver's
+    down and up blocks are two of its layers)."""
+    import inputs
+    for kw in ({}, dict(perceiver=True, bottleneck_dim=8)):
+        for layers in (2, 3, 4):
+            assert inputs.layers_of(tiny_gpt(n_layer=layers, **kw).state_dict()) == layers

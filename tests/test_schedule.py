@@ -283,8 +283,8 @@ def test_the_handout_preset_is_the_handouts_run_py():
 
 def test_the_cpu_presets():
     """cpu-20min (main.sh's default without a GPU): mixed training of a 128-wide model in
-    17 + 1 minutes, finetuning continuing the mix for one epoch; finetuning from scratch stays
-    the handout's. cpu-45min: the same in 41 + 1 minutes. cpu-rehearsal: the handout's model
+    17 + 1 minutes (2 layers instead of 4 on a machine too slow for enough steps of 4),
+    finetuning continuing the mix for one epoch; finetuning from scratch stays the handout's. cpu-45min: the same in 41 + 1 minutes. cpu-rehearsal: the handout's model
     without dropout, the rehearsal recipe in 38 + 5 minutes."""
     import presets
     short, long = presets.PRESETS['cpu-20min'], presets.PRESETS['cpu-45min']
@@ -309,6 +309,9 @@ def test_the_cpu_presets():
     assert short['finetune_scratch'] == presets.HANDOUT['finetune_scratch']
     assert presets.time_budget('cpu-20min', 'finetune_scratch') is None
     assert all(presets.mix(name) is None for name in ('handout', 'cpu-quick', 'cpu-rehearsal'))
+    # a machine that fits fewer than 2,200 of its model's steps into the budget trains 2 layers
+    assert presets.slow_machine('cpu-20min') == dict(model=dict(n_layer=2), below_steps=2200)
+    assert all(presets.slow_machine(name) is None for name in ('handout', 'cpu-quick', 'cpu-rehearsal'))
 
 
 def test_the_2024_edition_pretrains_to_650_epochs_of_tokens():

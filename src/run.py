@@ -215,8 +215,8 @@ def saved_state(args):
 def model_for(args, data, vocab_size, block_size, device, clock=time.time, start=START):
     """The model to train, or to read params into: the preset's (build_model); for a preset
     with a model for slow machines (presets.slow_machine), that one where the params or the
-    checkpoint resumed are of its depth, or where a budgeted pretraining measures (a few steps,
-    undone, on `clock`) that the preset's model fits fewer steps into the budget here."""
+    checkpoint resumed are of its depth, or where a budgeted pretraining's preset model fits
+    fewer steps into the budget here (steps_here, on `clock`)."""
     slow = presets.slow_machine(args.preset)
     if slow is None:
         return build_model(args, vocab_size, block_size, device)
@@ -228,26 +228,34 @@ def model_for(args, data, vocab_size, block_size, device, clock=time.time, start
     gpt = build_model(args, vocab_size, block_size, device)
     if args.function != 'pretrain':
         return gpt
-    tconf, _ = trainer_config(args, 'pretrain', len(data), args.pretrain_lr, device, None,
-                              args.writing_params_path)
-    if tconf.time_budget is None:
-        return gpt
-    probe = trainer.Trainer(gpt, data, None, tconf)
-    probe.precision = tconf.precision
-    probe.wrapped_model()
-    cpu_paths.ChoosePaths().on_train_start(probe)  # the precision and path it would train in
-    steps, step = steps_that_fit(probe, start, clock)
-    probe.wrapped = None
-    steps = int(distributed.agree(steps, device, 'min'))
-    if steps >= slow['below_steps']:
+    steps, step, minutes = steps_here(gpt, data, args, device, clock, start)
+    if steps is None or steps >= slow['below_steps']:
         return gpt
     if distributed.rank() == 0:
         print(f'the {args.preset} preset: its {inputs.layers_of(gpt.state_dict())}-layer model fits '
-              f'{steps:,} steps ({step:.3f} s each) into the {tconf.time_budget / 60:g} min of '
-              f'pretraining here, fewer than {slow["below_steps"]:,}: pretraining a '
-              f'{slow["model"]["n_layer"]}-layer model instead (src/presets.py)', flush=True)
+              f'{steps:,} steps ({step:.3f} s each) into the {minutes:g} min of pretraining here, '
+              f'fewer than {slow["below_steps"]:,}: pretraining a {slow["model"]["n_layer"]}-layer '
+              'model instead (src/presets.py)', flush=True)
     devices.set_random_states(randoms, device)
     return build_model(args, vocab_size, block_size, device, **slow['model'])
+
+
+def steps_here(gpt, data, args, device, clock, start):
+    """(Steps of gpt's pretraining that fit into its time budget here, seconds per step, the
+    budget in minutes), timed on a few steps (undone) in the precision and attention path the
+    run would choose (cpu_paths.ChoosePaths); the fewest of any rank. (None, None, None) without
+    a budget."""
+    tconf, minutes = trainer_config(args, 'pretrain', len(data), args.pretrain_lr, device, None,
+                                    args.writing_params_path)
+    if tconf.time_budget is None:
+        return None, None, None
+    probe = trainer.Trainer(gpt, data, None, tconf)
+    probe.precision = tconf.precision
+    probe.wrapped_model()
+    cpu_paths.ChoosePaths().on_train_start(probe)
+    steps, step = steps_that_fit(probe, start, clock)
+    probe.wrapped = None  # (under torchrun: the DDP wrapper lets go of the model)
+    return int(distributed.agree(steps, device, 'min')), step, minutes
 
 
 def trainer_config(args, stage, pretrain_len, lr, device, writer, path):

@@ -77,8 +77,9 @@ def main(argv=None):
         eval_lines = inputs.read_text(eval_path, '--eval_corpus_path', lines=True)
         vocab = inputs.read_corpus(wiki_path)
         settings = SimpleNamespace(preset=args.preset, plain=False, dropout=None,
-                                   variant=args.variant, bottleneck_dim=args.bottleneck_dim)
-        gpt = run.build_model(settings, vocab.vocab_size, presets.BLOCK_SIZE, 'cpu')
+                                   variant=args.variant, bottleneck_dim=args.bottleneck_dim,
+                                   function='evaluate', resume=False, reading_params_path=args.params)
+        gpt = run.model_for(settings, None, vocab.vocab_size, presets.BLOCK_SIZE, 'cpu')
         inputs.load_params(gpt, args.params, run.describe_model(settings), 'cpu')
     except UsageError as e:
         print(f'error: {e}', file=sys.stderr)

@@ -216,7 +216,8 @@ def model_for(args, data, vocab_size, block_size, device, clock=time.time, start
     """The model to train, or to read params into: the preset's (build_model); for a preset
     with a model for slow machines (presets.slow_machine), that one where the params or the
     checkpoint resumed are of its depth, or where a budgeted pretraining's preset model fits
-    fewer steps into the budget here (steps_here, on `clock`)."""
+    fewer steps into the budget here than it asks for and than the slow model's rule names
+    (steps_here, on `clock`)."""
     slow = presets.slow_machine(args.preset)
     if slow is None:
         return build_model(args, vocab_size, block_size, device)
@@ -243,19 +244,21 @@ def model_for(args, data, vocab_size, block_size, device, clock=time.time, start
 def steps_here(gpt, data, args, device, clock, start):
     """(Steps of gpt's pretraining that fit into its time budget here, seconds per step, the
     budget in minutes), timed on a few steps (undone) in the precision and attention path the
-    run would choose (cpu_paths.ChoosePaths); the fewest of any rank. (None, None, None) without
-    a budget."""
+    run would choose (cpu_paths.ChoosePaths); the fewest of any rank. The steps are None without
+    a budget, or where it holds every step asked for (a short run: the budget changes nothing)."""
     tconf, minutes = trainer_config(args, 'pretrain', len(data), args.pretrain_lr, device, None,
                                     args.writing_params_path)
     if tconf.time_budget is None:
-        return None, None, None
+        return None, None, minutes
     probe = trainer.Trainer(gpt, data, None, tconf)
     probe.precision = tconf.precision
     probe.wrapped_model()
     cpu_paths.ChoosePaths().on_train_start(probe)
     steps, step = steps_that_fit(probe, start, clock)
     probe.wrapped = None  # (under torchrun: the DDP wrapper lets go of the model)
-    return int(distributed.agree(steps, device, 'min')), step, minutes
+    steps = int(distributed.agree(steps, device, 'min'))
+    asked = tconf.max_epochs * math.ceil(len(data) / tconf.batch_size)
+    return (steps if steps < asked else None), step, minutes
 
 
 def trainer_config(args, stage, pretrain_len, lr, device, writer, path):

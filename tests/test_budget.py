@@ -260,31 +260,35 @@ def test_the_first_step_s_one_off_cost_is_not_taken_for_the_pace(name_data, monk
 # cpu-20min's model for a slow machine (presets.slow_machine, run.model_for)
 
 def pretrain_args(*extra, preset='cpu-20min'):
+    """run.py pretrain's arguments; batches of 8: name_data's 650 epochs are 1,950 steps."""
     import run
     args = run.parse_args(['pretrain', 'vanilla', 'corpus.txt', '--writing_params_path',
-                           'p.params', '--preset', preset, '--precision', 'fp32', *extra])
+                           'p.params', '--preset', preset, '--precision', 'fp32',
+                           '--batch_size', '8', *extra])
     args.edition = '2021-23'  # (check_args fills it in)
     return args
 
 
-@pytest.mark.parametrize('step, layers', [(0.6, 2), (0.3, 4)])
+@pytest.mark.parametrize('step, epochs, layers', [(0.6, '650', 2), (0.4, '1000', 4), (0.6, '300', 4)])
 def test_a_machine_too_slow_for_the_presets_model_pretrains_its_smaller_one(
-        name_data, monkeypatch, capsys, step, layers):
+        name_data, monkeypatch, capsys, step, epochs, layers):
     """cpu-20min pretrains its 4-layer model where a few timed steps say it fits at least
-    2,200 steps into its 17 minutes, else the 2-layer one, with one line saying so. The timed
-    steps are undone, and the 2-layer model starts from the weights it would have if built
-    first: the choice changes the model, not the seed's draws."""
+    2,200 steps into its 17 minutes (0.4 s a step: 2,422 of 1,000 epochs' 3,000), or every
+    step asked for (300 epochs: 900 steps), else the 2-layer one, with one line saying so. The
+    timed steps are undone, and the 2-layer model starts from the weights it would have if
+    built first: the choice changes the model, not the seed's draws."""
     import inputs
     import presets
     import run
     monkeypatch.setattr(trainer.Trainer, 'timed_steps', lambda self, *a, **k: [step] * 3)
     clock = FakeClock()
     torch.manual_seed(0)
-    gpt = run.model_for(pretrain_args(), name_data, len(name_data.stoi), name_data.block_size,
-                        'cpu', clock=clock, start=clock.now)
+    assert len(name_data) == 20  # 3 batches of 8
+    gpt = run.model_for(pretrain_args('--max_epochs', epochs), name_data, len(name_data.stoi),
+                        name_data.block_size, 'cpu', clock=clock, start=clock.now)
     out = capsys.readouterr().out
     assert inputs.layers_of(gpt.state_dict()) == layers
-    # 17 min less the budget's 5% margin, at 0.6 s a step: 1,615 steps; at 0.3 s, 3,230
+    # 17 min less the budget's 5% margin, at 0.6 s a step: 1,615 steps
     said = ('the cpu-20min preset: its 4-layer model fits 1,615 steps (0.600 s each) into the '
             '17 min of pretraining here, fewer than 2,200: pretraining a 2-layer model instead')
     assert (said in out) == (layers == 2), out

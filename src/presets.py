@@ -129,7 +129,8 @@ def _preset(model=None, rehearsal_lead=None, mix=None, time_budget=None, slow=No
     {stage: minutes}, the stage trains the epochs (up to its max_epochs) that end within them
     on the machine it runs on (run.py --time_budget, budget.py). slow: dict(model=changes,
     below_steps=N): where the model fits fewer than N steps into a budgeted pretraining here,
-    pretraining builds it with these changes instead (run.py pretrain_model); None: never."""
+    and fewer than the run asks for, pretraining builds it with these changes instead
+    (run.model_for); None: never."""
     preset = {stage: {**values, **stage_changes.get(stage, {})} for stage, values in HANDOUT.items()}
     preset['model'] = {**MODEL, **(model or {})}
     preset['rehearsal_lead'] = rehearsal_lead

@@ -9,7 +9,8 @@ Stages (each the handout's commands, file names as the handout's):
   vanilla-nopretrain  finetune from scratch -> vanilla.model.params, vanilla.nopretrain.{dev,test}.predictions
   vanilla           pretrain -> finetune -> vanilla.pretrain.{dev,test}.predictions
   synthesizer       the same with synthesizer attention
-  perceiver         the same with --bottleneck_dim 64 --pretrain_lr 6e-4 (the perceiver handout's commands)
+  perceiver         the same with --bottleneck_dim 64 --pretrain_lr 6e-4 (the perceiver handout
+                    text's commands; its starter's scripts/run_perceiver.sh types 6e-3: READINGS)
   rope              the same with RoPE (the 2024-25 edition's commands and settings)
 A stage whose outputs already exist is skipped (so an interrupted run continues), unless --force;
 so is a whole model whose dev and test predictions exist (predictions carried to a fresh machine
@@ -45,6 +46,12 @@ MODELS = {
     'synthesizer': ('synthesizer', [], True),
     'perceiver': ('perceiver', ['--bottleneck_dim', '64', '--pretrain_lr', '6e-4'], True),
     'rope': ('rope', [], True),
+}
+# Where the handout's own materials give two values, the one a model's commands above take
+# (../shared/SPEC.md, run.py): the report names it.
+READINGS = {
+    'perceiver': 'pretraining rate 6e-4, as the 2022-23 handout text types its command; the '
+                 'starter\'s scripts/run_perceiver.sh (and run.py\'s default) types 6e-3',
 }
 REFERENCE = {  # public student submissions (dev) and the handout's minimums
     'london': ('5.0% (London baseline)', None),
@@ -245,7 +252,8 @@ def report(out, timings, flags, preset, models=MODELS, out_arg=None, time_budget
                          handout_minimum=minimum))
     info = dict(preset=preset, flags=flags, device=device_name(flags), commit=source_commit(),
                 seed=int(flags[flags.index('--seed') + 1]) if '--seed' in flags else 0,
-                date=time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime()), models=rows)
+                date=time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime()), models=rows,
+                readings={name: READINGS[name] for name in models if name in READINGS})
     info['command'] = ' '.join(['python scripts/run_all.py', '--preset', preset]
                                + (['--models', *models] if list(models) != list(MODELS) else [])
                                + (['--out', out_arg] if out_arg else [])
@@ -263,6 +271,8 @@ def report(out, timings, flags, preset, models=MODELS, out_arg=None, time_budget
         acc = '-' if r['dev'] is None else f"{r['dev']['percent']:.1f}% ({r['dev']['correct']:.0f}/{r['dev']['total']:.0f})"
         secs = ', '.join(f'{k} {v:.0f}' for k, v in r['seconds'].items()) or '-'
         lines.append(f"| {r['model']} | {acc} | {r['public']} | {r['handout_minimum'] or '-'} | {secs} |")
+    if info['readings']:
+        lines += [''] + [f'- {name}: {text}' for name, text in info['readings'].items()]
     curves = read_losses(out)
     if curves:
         plot(curves, os.path.join(out, 'loss_curves.png'))

@@ -253,7 +253,7 @@ class BornViewMix(Dataset):
 Code under here is strictly for your debugging purposes; feel free to modify as desired.
 """
 if __name__ == '__main__':
-    from datafiles import resolve
+    from datafiles import as_edition, resolve
 
     argp = argparse.ArgumentParser()
     argp.add_argument('dataset_type', help="Type of dataset to sample from."
@@ -262,7 +262,8 @@ if __name__ == '__main__':
     args = argp.parse_args()
 
     try:
-        wiki = open(resolve('wiki.txt', 'wiki.txt'), encoding='utf-8').read()
+        wiki = as_edition(open(resolve('wiki.txt', 'wiki.txt'), encoding='utf-8').read(),
+                          presets.edition())
         # Even for namedata, the pretraining dataset defines the vocab
         corruption_dataset = CharCorruptionDataset(wiki, 128)
         if args.dataset_type == 'namedata':

@@ -29,12 +29,13 @@ def bf16_supported(device):
     return cpu_has_bf16()
 
 
-def pick_precision(name, device, training):
-    """auto: in training on a CPU the trainer measures which is faster here (cpu_paths.py);
-    otherwise fp32, the handout's arithmetic. An explicit 'fp32' or 'bf16' stays."""
+def pick_precision(name, device, training, measure=True):
+    """auto: in training on a CPU, where `measure` (a preset that adapts to the machine), the
+    trainer measures which is faster here (cpu_paths.py); otherwise fp32, the handout's
+    arithmetic. An explicit 'fp32' or 'bf16' stays."""
     if name != 'auto':
         return name
-    if training and torch.device(device).type == 'cpu':
+    if training and measure and torch.device(device).type == 'cpu':
         return 'auto'
     # Not bf16 on a GPU: on an H100 the handout's pretraining under bf16 autocast (fused attention
     # with dropout) climbed back to a loss of 3.6 and answered 0% where fp32 kept learning, and it

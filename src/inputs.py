@@ -10,6 +10,7 @@ import zipfile
 
 import torch
 
+import datafiles
 import dataset
 import paths
 import presets
@@ -49,9 +50,10 @@ def read_text(path, flag, lines=False):
 
 def read_corpus(corpus_path, edition=None):
     """The pretraining corpus's CharCorruptionDataset (which also gives every stage its
-    vocabulary); a file that is not UTF-8, is empty or holds a reserved character is an error
-    naming it."""
-    text = read_text(corpus_path, 'pretrain_corpus_path')
+    vocabulary; wiki.txt as `edition` ships it, datafiles.as_edition); a file that is not UTF-8,
+    is empty or holds a reserved character is an error naming it."""
+    edition = presets.edition(edition)
+    text = datafiles.as_edition(read_text(corpus_path, 'pretrain_corpus_path'), edition)
     if not text.strip():
         raise UsageError(f'pretrain_corpus_path {corpus_path} is empty')
     try:

@@ -242,16 +242,18 @@ class GPT(nn.Module):
         m = self.bottleneck_dim
         return [KVCache(size, trim)] + [KVCache(m, trim) for _ in self.blocks] + [KVCache(m, trim)]
 
-    def forward(self, idx, targets=None, caches=None, positions=None):
+    def forward(self, idx, targets=None, caches=None, positions=None, loss_only=False):
         """idx (B, T) -> logits (B, T, vocab_size), and the loss when targets are given.
 
-        Training on a CPU (skip_padding): only the positions that can change the loss are
-        computed (see packed_loss), and the logits, not computed everywhere, are None.
+        loss_only (the trainer's steps): in training on a CPU (skip_padding) only the positions
+        that can change the loss are computed (see packed_loss), and the logits, not computed
+        everywhere, are None. Every other call gets the handout's (logits, loss).
         Decoding (see decode.py): `caches` (new_caches) store the keys and values of the positions
         seen; with `positions` (B, T), idx holds only the new tokens, at those positions.
         """
         b, t = idx.size()
-        if targets is not None and self.training and self.skip_padding and idx.device.type == 'cpu':
+        if loss_only and targets is not None and self.training and self.skip_padding \
+                and idx.device.type == 'cpu':
             return None, self.packed_loss(idx, targets)
         if positions is None:
             assert t <= self.block_size, "Cannot forward, model block size is exhausted."

@@ -119,7 +119,7 @@ MINGPT_TRAINER = dict(shuffle=True, decay_rule='matmul')
 
 
 def _preset(model=None, rehearsal_lead=None, mix=None, time_budget=None, slow=None,
-            **stage_changes):
+            adapts=False, **stage_changes):
     """The handout's model and stages, with some values replaced. rehearsal_lead: finetuning
     after pretraining also trains on the pretraining corpus, each example led by this text
     (dataset.LeadInDataset); None (the handout) finetunes on the questions alone. mix:
@@ -130,13 +130,17 @@ def _preset(model=None, rehearsal_lead=None, mix=None, time_budget=None, slow=No
     on the machine it runs on (run.py --time_budget, budget.py). slow: dict(model=changes,
     below_steps=N): where the model fits fewer than N steps into a budgeted pretraining here,
     and fewer than the run asks for, pretraining builds it with these changes instead
-    (run.model_for); None: never."""
+    (run.model_for); None: never. adapts: training on a CPU may trade exact reproducibility for
+    speed: precision 'auto' measures bf16 against fp32 and torch's threads follow the machine's
+    load (the same seed may then give params that differ by float noise); False computes in fp32
+    on a fixed thread count, as the handout's starter does, unless --precision asks otherwise."""
     preset = {stage: {**values, **stage_changes.get(stage, {})} for stage, values in HANDOUT.items()}
     preset['model'] = {**MODEL, **(model or {})}
     preset['rehearsal_lead'] = rehearsal_lead
     preset['mix'] = dict(mix) if mix else None
     preset['time_budget'] = dict(time_budget or {})
     preset['slow'] = dict(slow) if slow else None
+    preset['adapts'] = adapts
     return preset
 
 
@@ -158,6 +162,7 @@ CPU_RECIPE = dict(
                   final_tokens_per_example=650 * (BLOCK_SIZE - 1), **MINGPT_TRAINER),
     finetune_pretrained=MINGPT_TRAINER,
     rehearsal_lead='Where was ',
+    adapts=True,
 )
 
 # The 20-minute CPU recipe (docs/cpu-recipe.md, "E11"): mixed training. NOT the handout's model or
@@ -184,6 +189,7 @@ CPU_MIX = dict(
     finetune_pretrained=dict(max_epochs=1, batch_size=64,
                              final_tokens_per_example=1 * (BLOCK_SIZE - 1), **MINGPT_TRAINER),
     slow=dict(model=dict(n_layer=2), below_steps=SLOW_BELOW_STEPS),
+    adapts=True,
 )
 
 PRESETS = {
@@ -236,6 +242,12 @@ def slow_machine(preset):
     or None."""
     slow = PRESETS[preset]['slow']
     return None if slow is None else dict(slow, model=dict(slow['model']))
+
+
+def adapts(preset):
+    """Whether `preset` lets a CPU run choose its precision and thread count by measuring (see
+    _preset); the handout's computes in fp32 on a fixed thread count."""
+    return PRESETS[preset]['adapts']
 
 
 def model_values(preset):

@@ -275,9 +275,11 @@ def trainer_config(args, stage, pretrain_len, lr, device, writer, path):
         values['learning_rate'] = lr
     tconf = trainer.TrainerConfig(
         **values, final_tokens=final, writer=writer, device=device,
-        precision=devices.pick_precision(args.precision, device, training=True),
+        precision=devices.pick_precision(args.precision, device, training=True,
+                                         measure=presets.adapts(args.preset)),
         compile=args.compile, path_cache=cpu_paths.default_path_cache(),
-        log_every=1 if device == 'cpu' else 25, follow_load=cpu_load.follows(),
+        log_every=1 if device == 'cpu' else 25,
+        follow_load=presets.adapts(args.preset) and cpu_load.follows(),
         resume_path=path + '.ckpt', resume=args.resume, checkpoint_every=args.checkpoint_every,
         time_budget=None if budget is None else budget * 60, start_time=START,
         budget_may_grow=args.time_budget is None or args.time_budget_share)
@@ -421,6 +423,8 @@ def run(args):
 
     gpt = model_for(args, pretrain_data if args.function == 'pretrain' else None,
                     pretrain_dataset.vocab_size, pretrain_dataset.block_size, device)
+    if distributed.rank() == 0 and args.variant != 'synthesizer':  # (2021-22's run.py does not)
+        print('Model on device: ', next(gpt.parameters()).device)
     if args.reading_params_path is not None and args.function != 'pretrain':
         inputs.load_params(gpt, args.reading_params_path, describe_model(args), device)
 

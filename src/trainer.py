@@ -285,7 +285,7 @@ class Trainer:
         y = y.to(device, non_blocking=True)
 
         with autocast:
-            logits, loss = model(x, y)
+            _, loss = model(x, y, loss_only=True)  # (a CPU computes only what the loss needs)
         if weight is not None:
             loss = loss * weight
 

@@ -396,14 +396,36 @@ def test_skipped_positions_change_neither_loss_nor_gradients(name, overrides, le
     full.train(), packed.train()
     logits, loss = full(x, y)
     loss.backward()
-    none, packed_loss = packed(tx, ty)
+    none, packed_loss = packed(tx, ty, loss_only=True)
     packed_loss.backward()
-    # the packed path (a CPU's) computes no full logits
+    # the packed path (a CPU's, asked for by the trainer) computes no full logits
     assert logits is not None and (none is None) == (device == 'cpu')
     torch.testing.assert_close(packed_loss, loss, atol=0, rtol=1e-5)
     for (key, a), b in zip(full.named_parameters(), packed.parameters()):
         torch.testing.assert_close(b.grad, a.grad, atol=1e-7, rtol=1e-4, msg=key)
     assert loss.item() > 1 and full.tok_emb.weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize('overrides', [{}, {'synthesizer': True}, {'rope': True},
+                                       {'perceiver': True, 'bottleneck_dim': 16}])
+def test_forward_returns_the_handouts_logits_and_loss_in_every_mode(overrides, device):
+    """The starter's GPT.forward(idx, targets) -> (logits, loss) in training and in evaluation,
+    fast paths on: a TA's or an autograder's script reads the logits. Only the trainer's
+    loss_only call may leave them out, with the same loss."""
+    vocab = 30
+    torch.manual_seed(3)
+    gpt = tiny(vocab, overrides, dropout=0.0, block_size=64).to(device)
+    x, y = (t.to(device) for t in pad_batch([20, 5, 33], vocab, T=40))
+    for mode in ('train', 'eval'):
+        getattr(gpt, mode)()
+        logits, loss = gpt(x, y)
+        assert logits is not None and logits.shape == (3, 40, vocab), mode
+        want = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), y.reshape(-1),
+                                                 ignore_index=0)
+        torch.testing.assert_close(loss, want)
+        torch.testing.assert_close(gpt(x, y, loss_only=True)[1], want, rtol=1e-5, atol=1e-6)
+        logits_alone, none = gpt(x)
+        assert none is None and torch.equal(logits_alone, logits)
 
 
 # ---- training: a short run, fast path vs the plain handout loop ---------------------------------

@@ -71,6 +71,12 @@ def test_report_from_outputs(finished_run):
     assert f'- command: `python scripts/run_all.py --preset handout --out {finished_run}`' in md
     png = (finished_run / 'loss_curves.png').read_bytes()
     assert png[:8] == b'\x89PNG\r\n\x1a\n'
+    # the perceiver's pretraining rate has two readings: the report says which one ran
+    assert report['readings'] == {'perceiver': run_all.READINGS['perceiver']}
+    argv = dict(run_all.commands('perceiver'))['pretrain']
+    assert argv[argv.index('--pretrain_lr') + 1] == '6e-4'
+    assert '- perceiver: pretraining rate 6e-4, as the 2022-23 handout text types' in md
+    assert 'run_perceiver.sh' in md
 
 
 def test_finished_stages_are_skipped(tmp_path):

@@ -1,0 +1,87 @@
+"""wiki.txt as each edition ships it: the RoPE edition's (2024-25) is the 2021-23 file without
+its final newline. Set-up accepts either file, and a run reads its edition's: `data has 418352
+characters` under 2021-23, `418351` under 2024-25, whichever file the data folder holds."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import datafiles
+import inputs
+from utils import UsageError
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WIKI = os.path.join(REPO, 'data', 'wiki.txt')
+
+
+@pytest.fixture(scope='module')
+def wikis(tmp_path_factory):
+    """{edition: a folder holding the data files, wiki.txt as that edition ships it}."""
+    text = open(WIKI, 'rb').read()
+    assert text.endswith(b'\n') and not text.endswith(b'\n\n')
+    folders = {}
+    for edition, wiki in (('2021-23', text), ('2024-25', text[:-1])):
+        folder = tmp_path_factory.mktemp(edition)
+        for name in datafiles.checksums():
+            shutil.copy(os.path.join(REPO, 'data', name), folder / name)
+        (folder / 'wiki.txt').write_bytes(wiki)
+        folders[edition] = folder
+    return folders
+
+
+def test_the_rope_editions_wiki_is_the_2021_23_one_without_its_last_newline(wikis):
+    assert os.path.getsize(wikis['2024-25'] / 'wiki.txt') == 419252
+    for edition, folder in wikis.items():
+        assert datafiles.sha256(folder / 'wiki.txt') == datafiles.WIKI[edition]
+
+
+@pytest.mark.parametrize('edition', ['2021-23', '2024-25'])
+def test_set_up_accepts_either_editions_wiki(edition, wikis, tmp_path, monkeypatch):
+    data = tmp_path / 'data'
+    data.mkdir()
+    shutil.copy(os.path.join(REPO, 'data', 'SHA256SUMS'), data)
+    monkeypatch.setattr(datafiles, 'DATA', str(data))
+    datafiles.setup(str(wikis[edition]))
+    assert (data / 'wiki.txt').read_bytes() == (wikis[edition] / 'wiki.txt').read_bytes()
+    datafiles.setup(str(wikis[edition]))  # already there: left alone, no error
+
+
+def test_set_up_refuses_a_wiki_of_neither_edition(wikis, tmp_path, monkeypatch):
+    data, source = tmp_path / 'data', tmp_path / 'source'
+    data.mkdir()
+    shutil.copytree(wikis['2021-23'], source)
+    (source / 'wiki.txt').write_bytes((source / 'wiki.txt').read_bytes() + b'\n')
+    shutil.copy(os.path.join(REPO, 'data', 'SHA256SUMS'), data)
+    monkeypatch.setattr(datafiles, 'DATA', str(data))
+    with pytest.raises(UsageError, match=r'wiki\.txt does not match its checksum'):
+        datafiles.setup(str(source))
+    assert not (data / 'wiki.txt').exists()
+
+
+@pytest.mark.parametrize('file_of', ['2021-23', '2024-25'])
+@pytest.mark.parametrize('edition,characters', [('2021-23', 418352), ('2024-25', 418351)])
+def test_a_run_reads_its_editions_wiki_whichever_file_it_is_given(edition, characters, file_of,
+                                                                   wikis, capsys):
+    corpus = inputs.read_corpus(str(wikis[file_of] / 'wiki.txt'), edition)
+    assert capsys.readouterr().out.splitlines() == [f'data has {characters} characters, 256 unique.']
+    assert len(corpus) == {'2021-23': 2938, '2024-25': 2937}[edition]
+    assert (corpus.data[-1] == '') == (edition == '2021-23')  # 2021-23's empty last document
+    assert all(corpus.data[:2937])
+
+
+def test_another_corpus_is_read_as_it_is(tmp_path):
+    text = 'Ann. Ann was born in Rome.\n'
+    (tmp_path / 'c.txt').write_text(text, encoding='utf-8')
+    for edition in ('2021-23', '2024-25'):
+        assert datafiles.as_edition(text, edition) == text
+    assert inputs.read_corpus(str(tmp_path / 'c.txt'), '2024-25').data == text.split('\n')
+
+
+def test_dataset_script_under_the_rope_edition_prints_its_count():
+    env = dict(os.environ, PYTHONIOENCODING='utf-8', CS224N_EDITION='2024-25')
+    proc = subprocess.run([sys.executable, 'src/dataset.py', 'charcorruption'], cwd=REPO, env=env,
+                          capture_output=True, text=True, encoding='utf-8', timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0] == 'data has 418351 characters, 256 unique.'

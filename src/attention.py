@@ -11,6 +11,7 @@ What lets the same modules skip work (packed training rows, decoding caches, che
 draws) is fastpath.py's, passed in by keyword (`packing=`, `cache=`, `positions=`); without it
 the modules compute what the handout's do.
 """
+import logging
 import math
 
 import torch
@@ -18,6 +19,8 @@ import torch.nn as nn
 from torch.nn import functional as F
 
 from fastpath import Dropout, causal_math, visible
+
+logger = logging.getLogger(__name__)
 
 
 def precompute_rotary_emb(dim, max_positions):

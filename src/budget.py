@@ -20,7 +20,7 @@ import statistics
 import time
 
 import distributed
-from utils import UsageError
+from common import UsageError
 
 MARGIN = 0.05  # of the budget, kept for epoch ends, saves, the evaluation after and noise
 GROW = 0.05  # a plan grows by this share of its epochs or more (and at least 2): no trend else

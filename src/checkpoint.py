@@ -11,8 +11,8 @@ import threading
 import torch
 
 import distributed
+from common import UsageError, atomic_write, state_difference
 from devices import random_states, set_random_states
-from utils import UsageError, atomic_write, state_difference
 
 
 class TrainingInterrupted(Exception):

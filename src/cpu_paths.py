@@ -21,7 +21,7 @@ import torch
 
 from cpu_load import BUSY_SHARE, LoadMeter, cpu_times
 from devices import bf16_supported, pick_precision
-from utils import atomic_write
+from common import atomic_write
 
 PATH_CACHE_FORMAT = 'cs224n-minGPT measured CPU paths, 2'  # 2: each choice with its figures
 OLD_FORMATS = ('cs224n-minGPT measured CPU paths, 1',)  # choices without figures: measured anew

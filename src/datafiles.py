@@ -10,7 +10,7 @@ import os
 import shutil
 import sys
 
-from utils import UsageError, atomic_write
+from common import UsageError, atomic_write
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(REPO, 'data')

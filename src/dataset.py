@@ -1,12 +1,11 @@
 import argparse
 import random
-import re
 
 import torch
 from torch.utils.data import Dataset
 
 import presets
-from utils import UsageError
+from common import UsageError
 
 """
 The input-output pairs (x, y) of the NameDataset are of the following form:
@@ -158,94 +157,6 @@ class CharCorruptionDataset(Dataset):
         # 4., 5.
         x = torch.tensor([self.stoi[c] for c in masked_string[:-1]], dtype=torch.long)
         y = torch.tensor([self.stoi[c] for c in masked_string[1:]], dtype=torch.long)
-        return x, y
-
-
-class LeadInDataset(Dataset):
-    """The examples of the pretraining dataset with `lead` written before each: the lead's
-    characters as inputs, PAD as their targets (the loss ignores them), the example cut back to
-    its length.
-    Not the handout's: the CPU recipe (presets.py) finetunes on the pretraining corpus led by the
-    question's opening "Where was " beside the questions. Its pretraining puts every name at
-    position 0, where its facts are stored; this shows the model the same lines with the name
-    where the question puts it."""
-    def __init__(self, pretraining_dataset, lead):
-        self.examples = pretraining_dataset
-        # the NameDataset's length (block_size - 1), in every edition: batches mix the two
-        self.length = pretraining_dataset.block_size - 1
-        self.lead = torch.tensor([pretraining_dataset.stoi[c] for c in lead], dtype=torch.long)
-        self.lead_targets = torch.full_like(self.lead, pretraining_dataset.stoi[PAD_CHAR])
-
-    def __len__(self):
-        return len(self.examples)
-
-    def __getitem__(self, idx):
-        x, y = self.examples[idx]
-        x = torch.cat([self.lead, x])[:self.length]
-        y = torch.cat([self.lead_targets, y])[:self.length]
-        return x, y
-
-
-MONTHS = frozenset('january february march april may june july august september october '
-                   'november december'.split())
-BORN = re.compile(r'\bborn\b', re.IGNORECASE)  # the word, not the end of "Osborn"
-VIEW_CHARS = 40
-
-
-def born_cut(sentence):
-    """`sentence` from its first word "born" on (all of it where there is none)."""
-    match = BORN.search(sentence)
-    return sentence[match.start():] if match else sentence
-
-
-def undated(text):
-    """`text` without the words that hold a digit or name a month."""
-    return ' '.join(w for w in text.split(' ') if not any(c.isdigit() for c in w)
-                    and w.strip('.,;:()').lower() not in MONTHS)
-
-
-def born_view(document, chars=VIEW_CHARS):
-    """A short view of one corpus line `NAME. sentence`: the name, then the sentence from its
-    first word "born" on (all of it where there is none), without the words that hold a digit or
-    name a month, cut to its words within `chars` characters (None: not cut).
-    Why (docs/cpu-recipe.md): a place that follows a date is learnt under the date, which no
-    question holds; without the dates it follows the name, as in a question. Most places end
-    within 40 characters of "born", and a batch costs its longest row. Only the line's words,
-    "born" and the dates are looked at: never a place."""
-    name, _, sentence = document.partition('. ')
-    text = undated(born_cut(sentence))
-    if chars is not None and len(text) > chars:
-        text = text[:chars + 1].rsplit(' ', 1)[0]
-    return f'{name} {text}'
-
-
-class BornViewMix(Dataset):
-    """Mixed training (Allen-Zhu and Li, Physics of Language Models 3.1): each example is, with
-    probability `question_share`, a training question as the NameDataset gives it (loss on the
-    answer only), else `lead` + the born_view of a random line of the pretraining corpus (the
-    lead's targets PAD). The questions teach how a question reads a person's stored facts; the
-    views store every person's, under the name where a question puts it.
-    Not the handout's: the CPU presets' pretraining (presets.py). Examples are drawn with
-    `random`, which the trainer seeds for every batch; an epoch is as many examples as give
-    each line one view on average."""
-    def __init__(self, pretraining_dataset, questions, question_share, lead):
-        self.lines = [line for line in pretraining_dataset.data if line.strip()]
-        self.questions, self.share = questions, question_share
-        self.stoi = pretraining_dataset.stoi
-        self.length = pretraining_dataset.block_size - 1  # the NameDataset's, in every edition
-        self.lead = lead
-        self.size = round(len(self.lines) / (1 - question_share))
-
-    def __len__(self):
-        return self.size
-
-    def __getitem__(self, idx):
-        if random.random() < self.share:
-            return self.questions[random.randrange(len(self.questions))]
-        text = self.lead + born_view(random.choice(self.lines)) + PAD_CHAR * self.length
-        ids = torch.tensor([self.stoi[c] for c in text[:self.length + 1]], dtype=torch.long)
-        x, y = ids[:-1], ids[1:].clone()
-        y[:max(0, len(self.lead) - 1)] = self.stoi[PAD_CHAR]
         return x, y
 
 

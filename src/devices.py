@@ -5,7 +5,7 @@ import random
 
 import torch
 
-from utils import UsageError
+from common import UsageError
 
 
 def pick_device(name):

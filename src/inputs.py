@@ -14,7 +14,7 @@ import datafiles
 import dataset
 import paths
 import presets
-from utils import UsageError, state_difference
+from common import UsageError, state_difference
 
 
 def check_outputs(writes, reads):
@@ -48,12 +48,15 @@ def read_text(path, flag, lines=False):
         raise UsageError(f'{flag} {path}: not UTF-8 text ({e.reason} at byte {e.start})')
 
 
-def read_corpus(corpus_path, edition=None):
+def read_corpus(corpus_path, edition=None, text=None):
     """The pretraining corpus's CharCorruptionDataset (which also gives every stage its
     vocabulary; wiki.txt as `edition` ships it, datafiles.as_edition); a file that is not UTF-8,
-    is empty or holds a reserved character is an error naming it."""
+    is empty or holds a reserved character is an error naming it. `text`: the file's, already
+    read."""
     edition = presets.edition(edition)
-    text = datafiles.as_edition(read_text(corpus_path, 'pretrain_corpus_path'), edition)
+    if text is None:
+        text = read_text(corpus_path, 'pretrain_corpus_path')
+    text = datafiles.as_edition(text, edition)
     if not text.strip():
         raise UsageError(f'pretrain_corpus_path {corpus_path} is empty')
     try:

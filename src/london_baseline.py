@@ -7,6 +7,7 @@
 # nothing is written.
 import sys
 
+import common
 import inputs
 import paths
 import utils
@@ -20,7 +21,7 @@ def main(path='birth_dev.tsv'):
     path = resolve(path, 'eval corpus')
     rows = inputs.read_gold_lines(path, 'eval corpus')
     if not any(row is not None and row[1] is not None for row in rows):
-        raise utils.UsageError(f'eval corpus {path} has no gold places (its lines are bare '
+        raise common.UsageError(f'eval corpus {path} has no gold places (its lines are bare '
                                'questions): there is no accuracy to compute')
     total, correct = utils.evaluate_places(path, ['London'] * len(rows))
     print('Correct: {} out of {}: {}%'.format(correct, total, correct / total * 100))
@@ -31,13 +32,13 @@ if __name__ == '__main__':
     try:
         problem = paths.output_problem(OUTPUT, [('eval corpus', sys.argv[1] if sys.argv[1:] else None)])
         if problem is not None:
-            raise utils.UsageError(f'{OUTPUT} (written in the current folder): {problem}')
+            raise common.UsageError(f'{OUTPUT} (written in the current folder): {problem}')
         accuracy = main(*sys.argv[1:2])
-    except utils.UsageError as e:
+    except common.UsageError as e:
         print(f'error: {e}', file=sys.stderr)
         sys.exit(2)
 
     def write(tmp):
         with open(tmp, 'w', encoding='utf-8') as f:
             f.write(f'{accuracy}\n')
-    utils.atomic_write(OUTPUT, write)
+    common.atomic_write(OUTPUT, write)

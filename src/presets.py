@@ -8,7 +8,7 @@ A preset only fills in what a command line leaves unset: `--max_epochs`, `--batc
 """
 import os
 
-from utils import UsageError
+from common import UsageError
 
 # The model: "known to work, don't change" (run.py's GPTConfig call and block_size)
 MODEL = dict(n_layer=4, n_head=8, n_embd=256)
@@ -102,7 +102,7 @@ def edition(name=None, variant=None):
 
 def set_checkout_edition(name):
     """Write src/edition.txt: every later command of this checkout follows `name`."""
-    from utils import atomic_write
+    from common import atomic_write
     if name not in EDITIONS:
         raise UsageError(f'--edition {name!r}: no such edition (choose from {", ".join(EDITIONS)})')
 
@@ -122,15 +122,15 @@ def _preset(model=None, rehearsal_lead=None, mix=None, time_budget=None, slow=No
             adapts=False, **stage_changes):
     """The handout's model and stages, with some values replaced. rehearsal_lead: finetuning
     after pretraining also trains on the pretraining corpus, each example led by this text
-    (dataset.LeadInDataset); None (the handout) finetunes on the questions alone. mix:
-    pretraining, and finetuning after it, train on dataset.BornViewMix instead (dict(questions=
+    (cpu_recipe.LeadInDataset); None (the handout) finetunes on the questions alone. mix:
+    pretraining, and finetuning after it, train on cpu_recipe.BornViewMix instead (dict(questions=
     the training questions' file, unless --finetune_corpus_path names one; question_share;
     lead)); None: the handout's CharCorruptionDataset, then the questions. time_budget:
     {stage: minutes}, the stage trains the epochs (up to its max_epochs) that end within them
     on the machine it runs on (run.py --time_budget, budget.py). slow: dict(model=changes,
     below_steps=N): where the model fits fewer than N steps into a budgeted pretraining here,
     and fewer than the run asks for, pretraining builds it with these changes instead
-    (run.model_for); None: never. adapts: training on a CPU may trade exact reproducibility for
+    (cpu_recipe.model_for); None: never. adapts: training on a CPU may trade exact reproducibility for
     speed: precision 'auto' measures bf16 against fp32 and torch's threads follow the machine's
     load (the same seed may then give params that differ by float noise); False computes in fp32
     on a fixed thread count, as the handout's starter does, unless --precision asks otherwise."""
@@ -152,7 +152,7 @@ def _preset(model=None, rehearsal_lead=None, mix=None, time_budget=None, slow=No
 # compressed to them. Measured with 180 fixed epochs on a 2-core AVX-512-BF16 EPYC (bf16):
 # 15.8% dev in 38.6 minutes; 200 epochs reached 16.0% and 25.6% (results/cpu/).
 # Finetuning is the handout's (10 epochs, or fewer if they do not end within the budget) plus a
-# rehearsal of the pretraining corpus led by "Where was " (dataset.LeadInDataset): a pretrained
+# rehearsal of the pretraining corpus led by "Where was " (cpu_recipe.LeadInDataset): a pretrained
 # model stores a person's facts under the name at the start of a line, and the rehearsal teaches
 # it to read them with the name where the question puts it (4.4% -> 8.2% dev for a smaller
 # model, results/cpu/).
@@ -167,7 +167,7 @@ CPU_RECIPE = dict(
 
 # The 20-minute CPU recipe (docs/cpu-recipe.md, "E11"): mixed training. NOT the handout's model or
 # data: a 128-wide model (its params do not load into the handout's 256-wide one), pretrained on
-# short views of each wiki.txt line ("Where was NAME born ..." without dates, dataset.born_view)
+# short views of each wiki.txt line ("Where was NAME born ..." without dates, cpu_recipe.born_view)
 # with a quarter of every batch the training questions, at batch 64, learning rate 3e-3 warmed up
 # over 30 steps, for the epochs that end within 17 minutes; finetuning continues the same mix for
 # one epoch at the handout's finetuning rate. A smaller model stores more per second here; the
@@ -244,6 +244,13 @@ def slow_machine(preset):
     return None if slow is None else dict(slow, model=dict(slow['model']))
 
 
+def recipe(preset):
+    """Whether `preset` trains a CPU recipe's data or model (cpu_recipe.prepare): a mix, a
+    rehearsal or a model for slow machines."""
+    p = PRESETS[preset]
+    return p['mix'] is not None or p['rehearsal_lead'] is not None or p['slow'] is not None
+
+
 def adapts(preset):
     """Whether `preset` lets a CPU run choose its precision and thread count by measuring (see
     _preset); the handout's computes in fp32 on a fixed thread count."""
@@ -257,7 +264,7 @@ def model_values(preset):
 
 def main(argv=None):
     """python src/presets.py [--edition NAME]: say (or set, once for this checkout) the edition."""
-    from utils import OneLineParser
+    from common import OneLineParser
     ap = OneLineParser(prog='python src/presets.py',
                        description='Show, or set once for this checkout, the assignment edition '
                                    'its commands follow (src/edition.txt).')

@@ -20,6 +20,7 @@ load (cpu_load.FollowLoad), resume and stop
 (checkpoint.Resumable), the time budget (budget.TimeBudget); the ranks of torchrun share the
 work through distributed.py.
 """
+import logging
 import math
 import time
 
@@ -30,10 +31,12 @@ import distributed
 from batches import Batches, batch_indices, collate, trim_padding
 from budget import TimeBudget
 from checkpoint import Resumable
+from common import save_state_dict
 from cpu_load import FollowLoad, cpu_times
 from cpu_paths import ChoosePaths
 from devices import autocast as autocast_for, random_states, set_random_states
-from utils import save_state_dict
+
+logger = logging.getLogger(__name__)
 
 
 class TrainerConfig:

@@ -1,28 +1,10 @@
-"""Small helpers shared by the scripts in src/: the handout's utils (set_seed, top_k_logits,
-sample, evaluate_places) plus what makes bad input one clear error line (OneLineParser,
-UsageError), atomic writes, the tensorboard writer and the checkout's commit."""
-import argparse
-import os
+"""The handout's utils.py: set_seed, top_k_logits, sample, get_name_prediction and
+evaluate_places, as the starter names them (tests/test_starter_names.py). Handout file: its
+names and results are the starter's; the engine's helpers are in common.py."""
 import random
-import subprocess
-import tempfile
 
 import torch
 from torch.nn import functional as F
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse whose errors are one line, `error: <what> (see <prog> --help)`, exit status 2."""
-    def error(self, message):
-        self.exit(2, f'error: {message} (see {self.prog} --help)\n')
-
-
-MAX_BUDGET_MINUTES = 7 * 24 * 60  # a time budget longer than a week is a typo, not a plan
-
-
-class UsageError(Exception):
-    """Bad input from the user (a path, a flag, a file's contents). run.py prints
-    `error: <message>` on one line and exits with status 2; no traceback."""
 
 
 def set_seed(seed):
@@ -67,6 +49,18 @@ def sample(model, x, steps, temperature=1.0, sample=False, top_k=None):
     return x
 
 
+def get_name_prediction(model, dataset_object, input_string):
+    """The greedy answer to one question: `input_string` is the question and its \u2047 (as
+    run.py's evaluate builds it), the answer the text between the first two \u2047 of the
+    completion; `dataset_object` gives the vocabulary. (The 2022-23 and 2024-25 starters name
+    objects here that the function does not have: this one runs.)"""
+    device = next(model.parameters()).device
+    x = torch.tensor([dataset_object.stoi[s] for s in input_string], dtype=torch.long)[None, ...]
+    pred = sample(model, x.to(device), 32, sample=False)[0]
+    completion = ''.join([dataset_object.itos[int(i)] for i in pred])
+    return completion.split('\u2047')[1]
+
+
 def evaluate_places(filepath, predicted_places):
     """ Computes percent of correctly predicted birth places.
 
@@ -102,80 +96,3 @@ def score_places(lines, predicted_places):
     return (float(total), float(correct))
 
 
-def atomic_write(path, write):
-    """Call write(tmp_path), then rename the finished file over `path`: an interrupted run leaves
-    the old file or the new one, never a truncated one. The temporary file has the final file's
-    name (in a temporary folder beside it) because torch.save records that name in the archive:
-    the bytes are then the same as a direct torch.save(obj, path) writes."""
-    path = os.path.abspath(os.fspath(path))
-    folder = tempfile.mkdtemp(dir=os.path.dirname(path), prefix='.tmp-')
-    tmp = os.path.join(folder, os.path.basename(path))
-    try:
-        write(tmp)
-        # on disk before the rename, so that a machine that goes down right after it cannot
-        # leave an empty file under the final name (the rename itself is atomic)
-        with open(tmp, 'rb') as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        os.rmdir(folder)
-
-
-class LazyWriter:
-    """A tensorboard SummaryWriter made at the first scalar logged: a run stopped before training
-    (a time budget too small for one epoch) leaves no log folder behind."""
-
-    def __init__(self, log_dir):
-        self.log_dir, self.writer = log_dir, None
-
-    def add_scalar(self, *args):
-        if self.writer is None:
-            from torch.utils.tensorboard import SummaryWriter  # a slow import
-            self.writer = SummaryWriter(log_dir=self.log_dir)
-        self.writer.add_scalar(*args)
-
-    def close(self):
-        if self.writer is not None:
-            self.writer.close()
-
-
-def save_state_dict(model, path):
-    """torch.save(model.state_dict(), path), atomically. Compiled or DDP-wrapped models are
-    unwrapped so the keys stay the handout's."""
-    model = getattr(model, 'module', model)
-    model = getattr(model, '_orig_mod', model)
-    atomic_write(path, lambda tmp: torch.save(model.state_dict(), tmp))
-
-
-COMMIT_ENV = 'A5_COMMIT'  # the commit of a copied working tree without .git (gpu_check --commit)
-
-
-def source_commit(repo=None):
-    """The commit of the checkout `repo` (default: this code's), with '+uncommitted changes' when
-    tracked files differ, else $A5_COMMIT (a copy of the tree without .git, as on a lent GPU
-    machine), else 'unknown'."""
-    repo = repo or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    try:
-        rev = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=repo, text=True,
-                             capture_output=True)
-        if rev.returncode == 0 and rev.stdout.strip():
-            dirty = subprocess.run(['git', 'status', '--porcelain', '--untracked-files=no'],
-                                   cwd=repo, text=True, capture_output=True).stdout.strip()
-            return rev.stdout.strip() + ('+uncommitted changes' if dirty else '')
-    except OSError:
-        pass
-    return os.environ.get(COMMIT_ENV) or 'unknown'
-
-
-def state_difference(saved, expected, saved_name='there'):
-    """The first difference in keys or shapes between two state_dicts, in a phrase (`saved` is
-    "there", `expected` "here"), or None when they match."""
-    for key in sorted(set(saved) | set(expected)):
-        if key not in saved or key not in expected:
-            return f'{key} only {"here" if key in expected else saved_name}'
-        a, b = tuple(saved[key].shape), tuple(expected[key].shape)
-        if a != b:
-            return f'{key} is {"x".join(map(str, a))} there, {"x".join(map(str, b))} here'
-    return None

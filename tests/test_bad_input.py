@@ -16,6 +16,7 @@ import sys
 import pytest
 import torch
 
+import common
 import dataset
 import model
 import run
@@ -446,7 +447,7 @@ def test_messy_finetune_tsv_gives_the_clean_examples(ws):
     for i in range(len(clean)):
         assert all(torch.equal(a, b) for a, b in zip(messy[i], clean[i]))
     # a bad line is reported with its line number in the file, blank lines counted
-    with pytest.raises(utils.UsageError, match='line 4'):
+    with pytest.raises(common.UsageError, match='line 4'):
         dataset.NameDataset(pre, '\n\n' + tsv(TRAIN[:1]) + 'no tab here\n')
 
 
@@ -468,7 +469,7 @@ def test_failed_params_write_leaves_the_old_file(tmp_path, monkeypatch):
         raise OSError(28, 'No space left on device')
     monkeypatch.setattr(torch, 'save', save_then_fail)
     with pytest.raises(OSError):
-        utils.save_state_dict(tiny_gpt(), str(path))
+        common.save_state_dict(tiny_gpt(), str(path))
     assert path.read_bytes() == OLD_PARAMS
     assert leftovers(tmp_path) == []
 
@@ -482,10 +483,10 @@ def test_interrupted_predictions_write_leaves_the_old_file(tmp_path):
             f.write('Paris\nRo')
         raise KeyboardInterrupt
     with pytest.raises(KeyboardInterrupt):
-        utils.atomic_write(str(path), write_half)
+        common.atomic_write(str(path), write_half)
     assert path.read_bytes() == OLD_PREDICTIONS
     assert leftovers(tmp_path) == []
-    utils.atomic_write(str(path), lambda tmp: open(tmp, 'w').write('Paris\nRome\n'))
+    common.atomic_write(str(path), lambda tmp: open(tmp, 'w').write('Paris\nRome\n'))
     assert path.read_text() == 'Paris\nRome\n' and leftovers(tmp_path) == []
 
 
@@ -493,7 +494,7 @@ def test_atomic_params_are_the_bytes_torch_save_writes(tmp_path):
     gpt = tiny_gpt()
     torch.save(gpt.state_dict(), tmp_path / 'direct.params')
     (tmp_path / 'atomic').mkdir()
-    utils.save_state_dict(gpt, str(tmp_path / 'atomic' / 'direct.params'))
+    common.save_state_dict(gpt, str(tmp_path / 'atomic' / 'direct.params'))
     assert (tmp_path / 'atomic' / 'direct.params').read_bytes() == \
         (tmp_path / 'direct.params').read_bytes()
 

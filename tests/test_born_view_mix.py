@@ -1,4 +1,4 @@
-"""The 20-minute CPU recipe's training set (dataset.born_view, dataset.BornViewMix): the views
+"""The 20-minute CPU recipe's training set (cpu_recipe.born_view, cpu_recipe.BornViewMix): the views
 follow their spec, never depend on a place, and the questions mixed in are the training file's
 own examples, with no dev, test or held-out person among them."""
 import os
@@ -8,6 +8,7 @@ import string
 import pytest
 import torch
 
+import cpu_recipe
 import dataset
 import presets
 from conftest import REPO
@@ -36,8 +37,8 @@ DATA = os.path.join(REPO, 'data')
     ('Ada', 'Ada '),  # no sentence at all
 ])
 def test_born_view(line, view):
-    assert dataset.born_view(line) == view
-    assert len(view) - len(line.partition('. ')[0]) - 1 <= dataset.VIEW_CHARS
+    assert cpu_recipe.born_view(line) == view
+    assert len(view) - len(line.partition('. ')[0]) - 1 <= cpu_recipe.VIEW_CHARS
 
 
 def lines_of(name):
@@ -58,8 +59,8 @@ def test_the_view_never_reads_the_place():
         if line is None or place not in line.partition('. ')[2] or place in line.partition('. ')[0]:
             continue
         other = ''.join(rng.choice(string.ascii_letters) for _ in place)
-        assert dataset.born_view(line.replace(place, other)) == \
-            dataset.born_view(line).replace(place, other), line
+        assert cpu_recipe.born_view(line.replace(place, other)) == \
+            cpu_recipe.born_view(line).replace(place, other), line
         checked += 1
     assert checked > 400
 
@@ -82,11 +83,11 @@ def test_the_mix_is_questions_and_led_views(edition):
     length gives each line one view per epoch on average; every example is the questions'
     length, in both editions."""
     pre, names = corpus_and_questions(edition=edition)
-    mix = dataset.BornViewMix(pre, names, 0.25, 'Where was ')
+    mix = cpu_recipe.BornViewMix(pre, names, 0.25, 'Where was ')
     lines = [line for line in pre.data if line.strip()]
     assert len(mix) == round(len(lines) / 0.75)
     question_examples = {decode(pre, names[i][0]): decode(pre, names[i][1]) for i in range(len(names))}
-    views = {'Where was ' + dataset.born_view(line) for line in lines}
+    views = {'Where was ' + cpu_recipe.born_view(line) for line in lines}
     random.seed(1)
     n_questions, n = 0, 2000
     for i in range(n):
@@ -112,7 +113,7 @@ def test_no_dev_test_or_validation_person_is_asked_in_the_mix():
     held_out = {line.split('\t')[0] for line in names.data[:200]} - \
         {line.split('\t')[0] for line in names.data[200:]}
     names.data = names.data[200:]
-    mix = dataset.BornViewMix(pre, names, 0.25, 'Where was ')
+    mix = cpu_recipe.BornViewMix(pre, names, 0.25, 'Where was ')
     asked = set()
     random.seed(2)
     for i in range(4000):

@@ -10,8 +10,10 @@ import re
 import pytest
 import torch
 
+import command
+import common
+import cpu_recipe
 import trainer
-import utils
 from test_schedule import RecordingWriter, name_data, tiny_gpt  # noqa: F401 (name_data: a fixture)
 
 
@@ -71,7 +73,7 @@ def test_a_budget_too_small_for_one_epoch(name_data, monkeypatch, capsys):
     """A flag's budget too small for one epoch is the user's error; a preset's (run.py sets
     budget_may_grow) trains one epoch on such a machine, with a warning saying so."""
     clock = slow_steps(monkeypatch, 0.05)
-    with pytest.raises(utils.UsageError, match='--time_budget 0.0025 min is too small for one epoch'):
+    with pytest.raises(common.UsageError, match='--time_budget 0.0025 min is too small for one epoch'):
         budgeted_run(name_data, 0.15, clock=clock)
     t, _, lrs = budgeted_run(name_data, 0.15, budget_may_grow=True, clock=clock)
     assert t.schedule.max_epochs == 1 and len(lrs) == 3
@@ -257,7 +259,7 @@ def test_the_first_step_s_one_off_cost_is_not_taken_for_the_pace(name_data, monk
     assert took == pytest.approx(1 + 20 * 0.3) and lrs[-1] == pytest.approx(1e-4)
 
 
-# cpu-20min's model for a slow machine (presets.slow_machine, run.model_for)
+# cpu-20min's model for a slow machine (presets.slow_machine, cpu_recipe.model_for)
 
 def pretrain_args(*extra, preset='cpu-20min'):
     """run.py pretrain's arguments; batches of 8: name_data's 650 epochs are 1,950 steps."""
@@ -279,13 +281,14 @@ def test_a_machine_too_slow_for_the_presets_model_pretrains_its_smaller_one(
     built first: the choice changes the model, not the seed's draws."""
     import inputs
     import presets
-    import run
     monkeypatch.setattr(trainer.Trainer, 'timed_steps', lambda self, *a, **k: [step] * 3)
     clock = FakeClock()
     torch.manual_seed(0)
     assert len(name_data) == 20  # 3 batches of 8
-    gpt = run.model_for(pretrain_args('--max_epochs', epochs), name_data, len(name_data.stoi),
-                        name_data.block_size, 'cpu', clock=clock, start=clock.now)
+    args = pretrain_args('--max_epochs', epochs)
+    args.started = clock.now
+    gpt = cpu_recipe.model_for(args, name_data, len(name_data.stoi), name_data.block_size, 'cpu',
+                               clock=clock)
     out = capsys.readouterr().out
     assert inputs.layers_of(gpt.state_dict()) == layers
     # 17 min less the budget's 5% margin, at 0.6 s a step: 1,615 steps
@@ -293,7 +296,7 @@ def test_a_machine_too_slow_for_the_presets_model_pretrains_its_smaller_one(
             '17 min of pretraining here, fewer than 2,200: pretraining a 2-layer model instead')
     assert (said in out) == (layers == 2), out
     torch.manual_seed(0)
-    want = run.build_model(pretrain_args(), len(name_data.stoi), name_data.block_size, 'cpu',
+    want = command.build_model(pretrain_args(), len(name_data.stoi), name_data.block_size, 'cpu',
                            **(presets.slow_machine('cpu-20min')['model'] if layers == 2 else {}))
     assert gpt.state_dict().keys() == want.state_dict().keys()
     assert all(torch.equal(v, want.state_dict()[k]) for k, v in gpt.state_dict().items())
@@ -313,7 +316,8 @@ def test_only_a_budgeted_pretraining_of_a_preset_with_a_slow_model_measures(name
                               'cpu-20min', '--precision', 'fp32'])
     scratch.edition = '2021-23'
     for args in (pretrain_args('--time_budget', '1', preset='handout'), scratch):
-        gpt = run.model_for(args, name_data, len(name_data.stoi), name_data.block_size, 'cpu')
+        gpt = cpu_recipe.model_for(args, name_data, len(name_data.stoi), name_data.block_size,
+                                   'cpu')
         assert inputs.layers_of(gpt.state_dict()) == 4
 
 
@@ -323,7 +327,6 @@ def test_params_and_checkpoints_of_the_slow_model_are_read_into_it(name_data, mo
     any other depth gets the preset's model, which the load then refuses in one line."""
     import inputs
     import run
-    import utils
 
     def timed(self, *a, **k):
         raise AssertionError('timed steps')
@@ -331,7 +334,7 @@ def test_params_and_checkpoints_of_the_slow_model_are_read_into_it(name_data, mo
     monkeypatch.chdir(tmp_path)
     vocab, block = len(name_data.stoi), name_data.block_size
     for layers in (2, 3, 4):
-        state = run.build_model(pretrain_args(), vocab, block, 'cpu', n_layer=layers).state_dict()
+        state = command.build_model(pretrain_args(), vocab, block, 'cpu', n_layer=layers).state_dict()
         torch.save(state, f'{layers}.params')
         torch.save({'model': state, 'optimizer': {}, 'epoch': 1}, 'p.params.ckpt')
         want = layers if layers != 3 else 4
@@ -340,10 +343,10 @@ def test_params_and_checkpoints_of_the_slow_model_are_read_into_it(name_data, mo
                                    '--outputs_path', 'o', '--preset', 'cpu-20min'])
         evaluate.edition = '2021-23'
         for args in (evaluate, pretrain_args('--resume')):
-            gpt = run.model_for(args, name_data, vocab, block, 'cpu')
+            gpt = cpu_recipe.model_for(args, name_data, vocab, block, 'cpu')
             assert inputs.layers_of(gpt.state_dict()) == want
         if layers == 3:
-            with pytest.raises(utils.UsageError, match=r'3\.params: params are a vanilla model of '
+            with pytest.raises(common.UsageError, match=r'3\.params: params are a vanilla model of '
                                'other sizes'):
                 inputs.load_params(gpt, '3.params', 'a vanilla model', 'cpu')
 

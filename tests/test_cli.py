@@ -295,7 +295,7 @@ def test_the_cpu_recipe_trains_the_handouts_model_and_rehearses(tmp_path):
     ok(cli(['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path', 'pt.params',
             '--eval_corpus_path', 'dev.tsv', '--outputs_path', 'dev.predictions'] + FAST, tmp_path))
     assert len((tmp_path / 'dev.predictions').read_text(encoding='utf-8').splitlines()) == len(DEV)
-    # its finetuning also rehearses the corpus (dataset.LeadInDataset): the 16 questions and the
+    # its finetuning also rehearses the corpus (cpu_recipe.LeadInDataset): the 16 questions and the
     # corpus's 34 lines ('\n'-split, the last one empty) are 50 examples, 7 steps of 8
     proc = ok(cli(['finetune', 'vanilla', 'corpus.txt', '--reading_params_path', 'pt.params',
                    '--writing_params_path', 'ft.params', '--finetune_corpus_path', 'train.tsv',

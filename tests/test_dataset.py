@@ -10,9 +10,10 @@ from collections import Counter
 import pytest
 import torch
 
+import common
+import cpu_recipe
 import dataset
 import presets
-import utils
 from conftest import REPO
 
 MASK = '\u2047'  # ⁇
@@ -101,7 +102,7 @@ def test_wiki_vocabulary(capsys):
 
 @pytest.mark.parametrize('special', [MASK, PAD])
 def test_corpus_with_special_characters_is_refused(special):
-    with pytest.raises(utils.UsageError):
+    with pytest.raises(common.UsageError):
         dataset.CharCorruptionDataset('hello\nwor' + special + 'ld\n', 16)
 
 
@@ -167,7 +168,7 @@ def test_edition_from_the_environment_as_an_autograder_builds_it(monkeypatch):
 
 def test_unknown_edition_in_the_environment_is_a_usage_error(monkeypatch):
     monkeypatch.setenv('CS224N_EDITION', '2019')
-    with pytest.raises(utils.UsageError, match='CS224N_EDITION'):
+    with pytest.raises(common.UsageError, match='CS224N_EDITION'):
         dataset.CharCorruptionDataset(CORPUS, 64)
 
 
@@ -308,7 +309,7 @@ def test_lead_in_dataset_puts_the_lead_before_each_example_and_does_not_learn_it
     """LeadInDataset (the CPU recipe's rehearsal): the same corrupted example, the lead before it
     as input, PAD targets for the lead, and the example's own pairs (x_i -> y_i) after it."""
     pre = dataset.CharCorruptionDataset(NAME_CORPUS, 128)
-    led = dataset.LeadInDataset(pre, 'Where was ')
+    led = cpu_recipe.LeadInDataset(pre, 'Where was ')
     assert len(led) == len(pre)
     for i in range(len(pre)):
         random.seed(i)
@@ -364,7 +365,7 @@ def test_lead_in_examples_batch_with_the_questions_in_the_2024_edition():
     rehearsal's examples are cut to the questions' length, so the two mix in one batch."""
     pre = dataset.CharCorruptionDataset(NAME_CORPUS, 128, '2024-25')
     names = dataset.NameDataset(pre, 'Where was Khatchig Mouradian born?\tLebanon\n')
-    lead = dataset.LeadInDataset(pre, 'Where was ')
+    lead = cpu_recipe.LeadInDataset(pre, 'Where was ')
     assert pre[0][0].shape == (128,)
     assert lead[0][0].shape == lead[0][1].shape == names[0][0].shape == (127,)
 
@@ -389,7 +390,7 @@ def test_the_checkout_sets_its_edition_once(tmp_path, monkeypatch, capsys):
     assert presets.edition('2024-25', 'vanilla') == '2024-25'  # --edition over everything
     monkeypatch.delenv(presets.EDITION_ENV)
     setting.write_text('2023\n')
-    with pytest.raises(utils.UsageError, match=r"edition.txt '2023': no such edition"):
+    with pytest.raises(common.UsageError, match=r"edition.txt '2023': no such edition"):
         presets.edition()
     with pytest.raises(SystemExit) as e:
         presets.main(['--edition', '2023'])

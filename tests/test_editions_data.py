@@ -10,7 +10,7 @@ import pytest
 
 import datafiles
 import inputs
-from utils import UsageError
+from common import UsageError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WIKI = os.path.join(REPO, 'data', 'wiki.txt')

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import checkpoint
+import command
 import cpu_load
 import cpu_paths
 import devices
@@ -136,7 +137,7 @@ def test_only_a_preset_that_adapts_measures_precision_and_follows_the_load(
                            '--preset', preset])
     args.edition = '2021-23'
     for stage in ('pretrain', 'finetune_scratch', 'finetune_pretrained'):
-        tconf, _ = run.trainer_config(args, stage, 100, None, 'cpu', None, 'x')
+        tconf, _ = command.trainer_config(args, stage, 100, 'cpu')
         assert (tconf.precision, tconf.follow_load) == (precision, follows), stage
     args.precision = 'bf16'  # asked for: every preset takes it
-    assert run.trainer_config(args, 'pretrain', 100, None, 'cpu', None, 'x')[0].precision == 'bf16'
+    assert command.trainer_config(args, 'pretrain', 100, 'cpu')[0].precision == 'bf16'

@@ -13,8 +13,8 @@ import pytest
 from conftest import REPO
 
 sys.path.insert(0, os.path.join(REPO, 'scripts'))
+import common  # noqa: E402
 import run_all  # noqa: E402
-import utils  # noqa: E402
 
 
 def test_commands_are_the_handouts():
@@ -307,8 +307,8 @@ def test_the_commit_of_a_tree_without_git_is_the_one_passed_in(tmp_path, monkeyp
     copy = tmp_path / 'copy'
     shutil.copytree(os.path.join(REPO, 'scripts'), copy / 'scripts')
     monkeypatch.setenv('GIT_CEILING_DIRECTORIES', str(tmp_path))  # no repository above it
-    monkeypatch.delenv(utils.COMMIT_ENV, raising=False)
-    assert utils.source_commit(str(copy)) == 'unknown'
-    monkeypatch.setenv(utils.COMMIT_ENV, 'abc1234')
-    assert utils.source_commit(str(copy)) == 'abc1234'
-    assert utils.source_commit() not in ('unknown', 'abc1234')  # this checkout has its commit
+    monkeypatch.delenv(common.COMMIT_ENV, raising=False)
+    assert common.source_commit(str(copy)) == 'unknown'
+    monkeypatch.setenv(common.COMMIT_ENV, 'abc1234')
+    assert common.source_commit(str(copy)) == 'abc1234'
+    assert common.source_commit() not in ('unknown', 'abc1234')  # this checkout has its commit

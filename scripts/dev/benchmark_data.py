@@ -1,5 +1,5 @@
 """What building a batch costs against the step that trains on it: the handout's pretraining
-data (CharCorruptionDataset) and the cpu-20min preset's (dataset.BornViewMix), side by side in
+data (CharCorruptionDataset) and the cpu-20min preset's (cpu_recipe.BornViewMix), side by side in
 one run, with that preset's model and batch size.
 
     python scripts/dev/benchmark_data.py [--batches 50] [--rounds 3]
@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.join(REPO, 'src'))
 import torch  # noqa: E402
 
 import batches  # noqa: E402
-import dataset  # noqa: E402
+import cpu_recipe  # noqa: E402
 import inputs  # noqa: E402
 import model  # noqa: E402
 import presets  # noqa: E402
@@ -86,7 +86,7 @@ def main():
     questions = inputs.read_finetune(resolve('birth_places_train.tsv', 'questions'), vocab)
     mix = presets.mix(PRESET)
     datasets = {'CharCorruptionDataset (the handout\'s)': vocab,
-                'BornViewMix (cpu-20min)': dataset.BornViewMix(vocab, questions,
+                'BornViewMix (cpu-20min)': cpu_recipe.BornViewMix(vocab, questions,
                                                               mix['question_share'], mix['lead'])}
     batch = presets.stage_values(PRESET, 'pretrain')['batch_size']
     results = {name: ([], []) for name in datasets}

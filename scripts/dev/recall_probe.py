@@ -22,13 +22,14 @@ from types import SimpleNamespace
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, 'src'))
+import command  # noqa: E402
+import cpu_recipe  # noqa: E402
 import inputs  # noqa: E402
 import model  # noqa: E402
 import presets  # noqa: E402
-import run  # noqa: E402
+from common import UsageError  # noqa: E402
 from datafiles import resolve  # noqa: E402
 from decode import greedy_complete  # noqa: E402
-from utils import UsageError  # noqa: E402
 
 QUESTION = re.compile(r'^Where was (.+) born\?$')
 LONGEST = int(presets.BLOCK_SIZE * 7 / 8)  # CharCorruptionDataset's longest truncation
@@ -79,8 +80,8 @@ def main(argv=None):
         settings = SimpleNamespace(preset=args.preset, plain=False, dropout=None,
                                    variant=args.variant, bottleneck_dim=args.bottleneck_dim,
                                    function='evaluate', resume=False, reading_params_path=args.params)
-        gpt = run.model_for(settings, None, vocab.vocab_size, presets.BLOCK_SIZE, 'cpu')
-        inputs.load_params(gpt, args.params, run.describe_model(settings), 'cpu')
+        gpt = cpu_recipe.model_for(settings, None, vocab.vocab_size, presets.BLOCK_SIZE, 'cpu')
+        inputs.load_params(gpt, args.params, command.describe_model(settings), 'cpu')
     except UsageError as e:
         print(f'error: {e}', file=sys.stderr)
         sys.exit(2)

@@ -20,12 +20,13 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(REPO, 'src'))
 import torch  # noqa: E402
 
+import command  # noqa: E402
 import inputs  # noqa: E402
 import model  # noqa: E402
 import presets  # noqa: E402
-import run  # noqa: E402
 import trainer  # noqa: E402
-from dataset import BORN, MASK_CHAR, PAD_CHAR, born_cut, born_view, undated  # noqa: E402
+from cpu_recipe import BORN, born_cut, born_view, undated  # noqa: E402
+from dataset import MASK_CHAR, PAD_CHAR  # noqa: E402
 from datafiles import resolve  # noqa: E402
 from decode import greedy_complete  # noqa: E402
 from recall_probe import probes  # noqa: E402
@@ -65,7 +66,7 @@ def view(line, kind, rng):
         return f'{name} ' + born_cut(rest)
     if kind == 'bornplain':  # the born view without dates: the place keyed on the name alone
         return born_view(line, chars=None)
-    if kind == 'bornshort':  # bornplain cut to 40 characters: cpu-20min's (dataset.born_view)
+    if kind == 'bornshort':  # bornplain cut to 40 characters: cpu-20min's (cpu_recipe.born_view)
         return born_view(line)
     if kind == 'borndrop':  # the born view with each word after "born" kept with probability 1/2
         head, *tail = born_cut(rest).split(' ')
@@ -139,7 +140,7 @@ def stored(gpt, vocab, wiki_lines, eval_lines, form='line'):
 def extracted(gpt, vocab, eval_lines):
     questions = [l.split('\t') for l in eval_lines]
     prompts = [[vocab.stoi[c] for c in q + MASK_CHAR] for q, _ in questions]
-    answers = run.predict(gpt, prompts, vocab, 'cpu')
+    answers = command.predict(gpt, prompts, vocab, 'cpu')
     return sum(a == p for a, (_, p) in zip(answers, questions)) / len(questions), answers
 
 

@@ -42,6 +42,8 @@ sys.path.insert(0, os.path.join(REPO, 'src'))
 import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
+import command  # noqa: E402
+import common  # noqa: E402
 import datafiles  # noqa: E402
 import devices  # noqa: E402
 import gradescope  # noqa: E402
@@ -52,7 +54,7 @@ import spec_check  # noqa: E402
 import submission  # noqa: E402
 import unpack  # noqa: E402
 import utils  # noqa: E402
-from utils import UsageError  # noqa: E402
+from common import UsageError  # noqa: E402
 
 LONDON = 'london_baseline_accuracy.txt'
 HANDOUT_BOTTLENECK = 64  # the perceiver handout's commands pass --bottleneck_dim 64
@@ -112,8 +114,8 @@ class Grader:
         cmd = run.parse_args(['evaluate', variant, self.data['wiki.txt'],
                               '--bottleneck_dim', str(bottleneck_dim)])
         with contextlib.redirect_stdout(io.StringIO()):  # its "number of parameters" line
-            gpt = run.build_model(cmd, self.vocab.vocab_size, self.vocab.block_size, self.device)
-        return gpt, run.describe_model(cmd)
+            gpt = command.build_model(cmd, self.vocab.vocab_size, self.vocab.block_size, self.device)
+        return gpt, command.describe_model(cmd)
 
     def request(self):
         """What the dataset check asks of every submission (made once per run, from --seed)."""
@@ -330,7 +332,7 @@ class Grader:
 
     def reproduce(self, gpt, name, submitted, r):
         split = name.split('.')[-2]
-        ours = run.predict(gpt, self.prompts[split], self.vocab, self.device, 'fp32')
+        ours = command.predict(gpt, self.prompts[split], self.vocab, self.device, 'fp32')
         differ = [i for i, (a, b) in enumerate(zip(submitted, ours)) if a != b]
         r['reproduced'][name] = round(1 - len(differ) / len(ours), 4)
         gold = self.gold[split]
@@ -562,11 +564,11 @@ def write_text(path, text):
     def write(tmp):
         with open(tmp, 'w', encoding='utf-8', errors='backslashreplace', newline='') as f:
             f.write(text)
-    utils.atomic_write(path, write)
+    common.atomic_write(path, write)
 
 
 def parse_args(argv=None):
-    ap = utils.OneLineParser(prog='python scripts/grading/grade.py', description=__doc__.split('\n')[0])
+    ap = common.OneLineParser(prog='python scripts/grading/grade.py', description=__doc__.split('\n')[0])
     ap.add_argument('submissions', nargs='+', metavar='SUBMISSION',
                     help='a submission zip, an unzipped submission folder, or a folder of zips')
     submission.add_handout_flag(ap, 'grade as synthesizer (2021-22), perceiver (2022-23) or rope '

@@ -27,10 +27,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, 'src'))
 sys.path.insert(0, HERE)
+import common  # noqa: E402
 import datafiles  # noqa: E402
 import paths  # noqa: E402
 import submission  # noqa: E402
-import utils  # noqa: E402
 RUBRIC = os.path.join(HERE, 'rubric.json')
 AUTOGRADER = os.path.join(HERE, 'autograder')  # setup.sh and run_autograder
 GROUPS = ('layout', 'london', 'threshold', 'params', 'reproduction', 'dataset')
@@ -135,7 +135,7 @@ def write_results(path, results):
     def write(tmp):
         with open(tmp, 'w', encoding='utf-8', errors='backslashreplace') as f:
             json.dump(results, f, indent=1, ensure_ascii=False)
-    utils.atomic_write(path, write)
+    common.atomic_write(path, write)
 
 
 def failure_results(message):

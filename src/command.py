@@ -1,0 +1,307 @@
+"""What run.py's commands need beyond the starter's code: engine, not the handout (free to
+change; run.py calls it at named points). The flags the handout does not have and every check of
+the command line before any work; the model a command builds and each training stage's
+TrainerConfig, from the preset (presets.py); the batched greedy answers; and what a finished
+stage writes beside its output (the params saved safely, the run's record)."""
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+
+import checkpoint
+import common
+import cpu_load
+import cpu_paths
+import dataset
+import devices
+import distributed
+import inputs
+import model
+import presets
+import trainer
+import utils
+from common import UsageError
+from datafiles import resolve
+from decode import greedy_complete
+
+
+def add_engine_flags(argp):
+    """run.py's flags beyond the handout's: unset, they change nothing."""
+    extra = argp.add_argument_group('not in the handout (unset, they change nothing)')
+    extra.add_argument('--preset', choices=sorted(presets.PRESETS), default='handout',
+                       help='named training schedule (presets.py); default: the handout\'s')
+    extra.add_argument('--edition', choices=sorted(presets.EDITIONS), default=None,
+                       help='the handout edition whose starter code to follow: 2021-23 '
+                            '(synthesizer, perceiver) or 2024-25 (rope); default: the '
+                            'variant\'s, else $%s, else this checkout\'s (src/edition.txt, set '
+                            'by python src/presets.py --edition), else %s' % (
+                                presets.EDITION_ENV, presets.DEFAULT_EDITION))
+    extra.add_argument('--max_epochs', type=int, default=None)
+    extra.add_argument('--time_budget', type=float, default=None, metavar='MINUTES',
+                       help='pretrain/finetune: measure this machine\'s speed on the first steps, '
+                            'then train the epochs (at most --max_epochs) that end within MINUTES, '
+                            'the learning-rate schedule compressed to them')
+    # run_all.py's share of a whole-run budget: too small for one epoch trains one, with a
+    # warning, as a preset's budget does (the user's own --time_budget: an error)
+    extra.add_argument('--time_budget_share', action='store_true', help=argparse.SUPPRESS)
+    extra.add_argument('--batch_size', type=int, default=None)
+    extra.add_argument('--seed', type=int, default=0, help='seeds python, torch (default 0)')
+    extra.add_argument('--device', choices=('auto', 'cpu', 'cuda'), default='auto')
+    extra.add_argument('--precision', choices=('auto', 'fp32', 'bf16'), default='auto',
+                       help='auto: the handout\'s fp32, except that training a CPU recipe '
+                            '(cpu-20min, cpu-45min, cpu-rehearsal) on a CPU measures which is '
+                            'faster on this machine (fp32, or bf16 autocast where the CPU has bf16 '
+                            'arithmetic; and the attention path) and remembers it; on a GPU fp32 '
+                            '(bf16 was measured diverging there)')
+    extra.add_argument('--compile', action='store_true',
+                       help='torch.compile the model (GPU or CPU; the first steps compile)')
+    extra.add_argument('--plain', '--plain_attention', action='store_true', dest='plain',
+                       help='compute as the handout does (same results, slower): written-out '
+                            'attention instead of scaled_dot_product_attention, every padded '
+                            'position of a training batch, and nn.Dropout\'s random draws')
+    extra.add_argument('--dropout', type=float, default=None,
+                       help='embd/resid/attn dropout (the handout\'s is 0.1)')
+    extra.add_argument('--resume', action='store_true',
+                       help='continue an interrupted pretrain/finetune from WRITING_PARAMS_PATH.ckpt')
+    extra.add_argument('--checkpoint_every', type=int, default=10,
+                       help='write the resumable checkpoint WRITING_PARAMS_PATH.ckpt every N epochs '
+                            '(and on Ctrl-C/SIGTERM); 0: only on Ctrl-C/SIGTERM')
+    extra.add_argument('--num_workers', type=int, default=None,
+                       help='DataLoader worker processes building the training batches (the '
+                            'handout\'s 4 on a GPU; on a CPU none unless given: the same batches '
+                            'either way)')
+    extra.add_argument('--eval_batch_size', type=int, default=256)
+    extra.add_argument('--strict', action='store_true',
+                       help='evaluate: stop at a question with characters outside the vocabulary '
+                            'instead of dropping them')
+
+
+def check_args(args):
+    """Every check of the command line, before any work: a UsageError for the first problem.
+    Fills in args.edition and the resolved input paths (args.corpus_path, args.finetune_path,
+    args.eval_path)."""
+    if args.bottleneck_dim <= 0 or args.bottleneck_dim > presets.BLOCK_SIZE:
+        raise UsageError(f'--bottleneck_dim must be from 1 to the block size {presets.BLOCK_SIZE}, '
+                         f'not {args.bottleneck_dim}')
+    if args.num_workers is not None and args.num_workers < 0:
+        raise UsageError(f'--num_workers must be 0 or more, not {args.num_workers}')
+    if args.checkpoint_every < 0:
+        raise UsageError(f'--checkpoint_every must be 0 or more, not {args.checkpoint_every}')
+    for flag in ('max_epochs', 'batch_size', 'eval_batch_size'):
+        value = getattr(args, flag)
+        if value is not None and value <= 0:
+            raise UsageError(f'--{flag} must be positive, not {value}')
+    for flag in ('pretrain_lr', 'finetune_lr'):
+        value = getattr(args, flag)
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise UsageError(f'--{flag} must be a positive number, not {value:g}')
+    if not -2 ** 63 <= args.seed < 2 ** 64:  # what torch.manual_seed takes
+        raise UsageError(f'--seed must be from -2**63 to 2**64 - 1, not {args.seed}')
+    args.corpus_path = resolve(args.pretrain_corpus_path, 'pretrain_corpus_path')
+    needs = {'pretrain': ['writing_params_path'],
+             'finetune': ['writing_params_path', 'finetune_corpus_path'],
+             'evaluate': ['outputs_path', 'reading_params_path', 'eval_corpus_path']}
+    for flag in needs[args.function]:
+        if getattr(args, flag) is None:
+            raise UsageError(f'{args.function} needs --{flag}')
+    args.finetune_path = resolve(args.finetune_corpus_path, '--finetune_corpus_path') \
+        if args.function == 'finetune' else None
+    mix = presets.mix(args.preset)
+    if args.function == 'pretrain' and mix is not None:  # the mix's questions
+        args.finetune_path = resolve(args.finetune_corpus_path or mix['questions'],
+                                     '--finetune_corpus_path')
+    args.eval_path = resolve(args.eval_corpus_path, '--eval_corpus_path') \
+        if args.function == 'evaluate' else None
+    # no output may be an input, or another output (the resumable checkpoint beside the params)
+    reads = [('pretrain_corpus_path', args.corpus_path),
+             ('--finetune_corpus_path', args.finetune_path), ('--eval_corpus_path', args.eval_path),
+             ('--reading_params_path',
+              args.reading_params_path if args.function != 'pretrain' else None)]
+    training = args.function != 'evaluate'
+    inputs.check_outputs(
+        [('--writing_params_path', args.writing_params_path if training else None),
+         ('the checkpoint of --writing_params_path',
+          args.writing_params_path + '.ckpt' if training and args.writing_params_path else None),
+         ('--outputs_path', args.outputs_path if not training else None)], reads)
+
+    if args.dropout is not None and not 0 <= args.dropout < 1:
+        raise UsageError(f'--dropout must be in [0, 1), not {args.dropout}')
+    args.edition, where = presets.edition_source(args.edition, args.variant)
+    if args.variant not in presets.EDITIONS[args.edition]['variants']:
+        raise UsageError(f'--edition {args.edition} has the variants '
+                         f'{", ".join(presets.EDITIONS[args.edition]["variants"])}, not {args.variant}'
+                         + ('' if where == '--edition' else f' (from {where})'))
+    if args.time_budget is not None and args.function == 'evaluate':
+        raise UsageError('--time_budget is for pretrain and finetune')
+    if args.time_budget is not None and not 0 < args.time_budget <= common.MAX_BUDGET_MINUTES:
+        raise UsageError(f'--time_budget must be a positive number of minutes up to '
+                         f'{common.MAX_BUDGET_MINUTES} (a week), not {args.time_budget:g}')
+    if args.resume and args.function == 'evaluate':
+        raise UsageError('--resume is for pretrain and finetune')
+    if args.resume and not os.path.isfile(args.writing_params_path + '.ckpt'):
+        raise UsageError(f'--resume: no checkpoint {args.writing_params_path}.ckpt to resume from '
+                         '(it is written every --checkpoint_every epochs and on Ctrl-C/SIGTERM)')
+    if training:
+        inputs.check_log_folder(tensorboard_dir(args))
+
+
+
+
+def bottleneck_of(args):
+    """--bottleneck_dim where the variant has one (the perceiver), else None."""
+    return args.bottleneck_dim if 'bottleneck_dim' in model.VARIANTS[args.variant] else None
+
+
+def describe_model(args):
+    if bottleneck_of(args) is not None:
+        return f'a perceiver model with bottleneck_dim {args.bottleneck_dim}'
+    return f'a {args.variant} model'
+
+
+def model_config(args, vocab_size, block_size, **changes):
+    """The GPTConfig of args.variant with the preset's sizes (and `changes` to them), the flags'
+    dropout and attention path."""
+    mconf = model.config_for(args.variant, vocab_size, block_size, args.bottleneck_dim,
+                             **{**presets.model_values(args.preset), **changes},
+                             fast_attention=not args.plain, skip_padding=not args.plain,
+                             fast_dropout=not args.plain)
+    if args.dropout is not None:
+        mconf.embd_pdrop = mconf.resid_pdrop = mconf.attn_pdrop = args.dropout
+    return mconf
+
+
+def build_model(args, vocab_size, block_size, device, **changes):
+    """The preset's model (with `changes` to its sizes) on `device`."""
+    return model.GPT(model_config(args, vocab_size, block_size, **changes)).to(device)
+
+
+
+
+def trainer_config(args, stage, pretrain_len, device, writer=None):
+    """(The TrainerConfig of `stage` ('pretrain', 'finetune_scratch', 'finetune_pretrained') for
+    this command, its time budget in minutes or None): the preset's values, the flags' where
+    given; final_tokens counts `pretrain_len` examples, as the handout's schedule does."""
+    values = presets.stage_values(args.preset, stage, args.edition)
+    lr = args.pretrain_lr if stage == 'pretrain' else args.finetune_lr
+    final = values.pop('final_tokens_per_example') * pretrain_len
+    budget = args.time_budget if args.time_budget is not None else presets.time_budget(args.preset, stage)
+    for key in ('max_epochs', 'batch_size', 'num_workers'):
+        if getattr(args, key) is not None:
+            values[key] = getattr(args, key)
+    if args.num_workers is not None:  # asked for: on a CPU too
+        values['cpu_workers'] = args.num_workers
+    if lr is not None:
+        values['learning_rate'] = lr
+    tconf = trainer.TrainerConfig(
+        **values, final_tokens=final, writer=writer, device=device,
+        precision=devices.pick_precision(args.precision, device, training=True,
+                                         measure=presets.adapts(args.preset)),
+        compile=args.compile, path_cache=cpu_paths.default_path_cache(),
+        log_every=1 if device == 'cpu' else 25,
+        follow_load=presets.adapts(args.preset) and cpu_load.follows(),
+        resume_path=args.writing_params_path + '.ckpt', resume=args.resume,
+        checkpoint_every=args.checkpoint_every,
+        time_budget=None if budget is None else budget * 60, start_time=args.started,
+        budget_may_grow=args.time_budget is None or args.time_budget_share)
+    if tconf.precision == 'bf16' and device.startswith('cuda') and distributed.rank() == 0:
+        print('warning: --precision bf16 on a GPU: the handout\'s pretraining under it climbed back '
+              'to a loss of 3.6 on an H100 where fp32 learned (results/h100-80gb-hbm3/README.md)',
+              file=sys.stderr, flush=True)
+    return tconf, budget
+
+
+
+
+def write_record(args, output, device, **used):
+    """Beside `output` (the params or predictions written), `output`.run.json: the settings this
+    command actually used (the preset's and the flags', and what the run chose or planned on the
+    way), for whoever reads the output later. Not read back by any command."""
+    record = dict(function=args.function, variant=args.variant, preset=args.preset,
+                  edition=args.edition, commit=common.source_commit(), torch=torch.__version__,
+                  device=str(device), seed=args.seed,
+                  reading_params_path=args.reading_params_path,
+                  bottleneck_dim=bottleneck_of(args),
+                  **used, seconds=round(time.time() - args.started, 1))
+
+    def write(tmp):
+        with open(tmp, 'w', encoding='utf-8') as f:
+            json.dump(record, f, indent=1)
+            f.write('\n')
+    common.atomic_write(output + '.run.json', write)
+
+
+def predict(gpt, prompts, vocab, device, precision='fp32', batch_size=256):
+    """The handout's greedy answers to inputs.read_questions' prompts, batched: one string per
+    prompt ('' for a blank line)."""
+    gpt.eval()
+    mask_id = vocab.stoi[dataset.MASK_CHAR]
+    questions = [p for p in prompts if p is not None]
+    completions = iter(greedy_complete(gpt, questions, 32, stop_id=mask_id, stop_count=2,
+                                       batch_size=batch_size, device=device,
+                                       autocast=devices.autocast(device, precision)))
+    predictions = []
+    for prompt in prompts:
+        if prompt is None:  # a blank line: nothing asked, nothing predicted
+            predictions.append('')
+            continue
+        completion = ''.join([vocab.itos[int(i)] for i in next(completions)])
+        predictions.append(completion.split(dataset.MASK_CHAR)[1])
+    return predictions
+
+
+
+
+def tensorboard_dir(args):
+    """The handout's folder for the run's tensorboard logs (2024-25: without bottleneck_dim),
+    named with the learning rates the stages train at (the flags', else the preset's)."""
+    name = f'{args.tb_expt_name}_{args.variant}'
+    if args.edition == '2021-23':
+        name += f'_{args.bottleneck_dim}'
+    finetune = 'finetune_pretrained' if args.reading_params_path is not None else 'finetune_scratch'
+    pretrain_lr, finetune_lr = (
+        lr if lr is not None else presets.stage_values(args.preset, stage, args.edition)['learning_rate']
+        for lr, stage in ((args.pretrain_lr, 'pretrain'), (args.finetune_lr, finetune)))
+    return 'expt/%s/%s_pt_lr_%f_ft_lr_%f' % (args.function, name, pretrain_lr, finetune_lr)
+
+
+def save_params(gpt, args, device, run, tconf, budget, stage):
+    """The handout's torch.save(model.state_dict(), args.writing_params_path) at the end of
+    training, written whole or not at all and never cut short by a first Ctrl-C (that would lose
+    the finished run); the resumable checkpoint, nothing left to resume, removed; the run's
+    record beside the params."""
+    if distributed.rank() != 0:
+        return
+    path = args.writing_params_path
+    with checkpoint.StopRequest():
+        common.save_state_dict(gpt, path)
+        if os.path.exists(tconf.resume_path):
+            os.remove(tconf.resume_path)
+    write_record(args, path, device, stage=stage, precision=run.precision,
+                 learning_rate=tconf.learning_rate, batch_size=tconf.batch_size,
+                 weight_decay=tconf.weight_decay, decay_rule=tconf.decay_rule,
+                 shuffle=tconf.shuffle, warmup_tokens=tconf.warmup_tokens,
+                 final_tokens=run.schedule.final_tokens,
+                 n_layer=inputs.layers_of(gpt.state_dict()),
+                 time_budget_minutes=budget, epochs_asked=tconf.max_epochs,
+                 epochs_planned=run.schedule.max_epochs, epochs_trained=run.epochs_trained,
+                 steps=run.step)
+
+
+def write_predictions(args, predictions, gold_lines, device, precision):
+    """--outputs_path, one prediction a line (written whole or not at all), scored against
+    inputs.read_evaluation's gold lines as utils.evaluate_places scores them, and its record;
+    returns (total, correct)."""
+    def write(tmp):
+        with open(tmp, 'w', encoding='utf-8') as fout:
+            for pred in predictions:
+                fout.write(pred + '\n')
+    common.atomic_write(args.outputs_path, write)
+    total, correct = utils.score_places(gold_lines, predictions)
+    write_record(args, args.outputs_path, device, precision=precision,
+                 eval_corpus_path=args.eval_path, questions=len(predictions),
+                 correct=int(correct) if total > 0 else None)
+    return total, correct

@@ -1,0 +1,145 @@
+"""The handout's files as the starters wrote them: every top-level name of each edition's starter
+file of that name is defined in the project's file (a student's or an autograder's
+`from utils import get_name_prediction` works), dataset.py holds no name of the CPU recipe, and
+no two modules of src/ import each other, directly or in a loop.
+
+The names were read from public copies of the three starters (../shared/EDITIONS.md names them):
+2021-22 parachutel/cs224n-stanford-winter2021 and amanchadha/stanford-cs224n-assignments-2021
+(a5/src), 2022-23 JosselinSomervilleRoberts/CS224N-HW5-minGPT (its first commit, src/), 2024-25
+ericdong314/nlp-stanford-cs224n (a4/student/src). Names a solution added there are left out."""
+import ast
+import os
+
+import pytest
+
+from conftest import SRC
+
+STARTERS = {
+    '2021-22': {
+        'dataset.py': ['NameDataset', 'CharCorruptionDataset'],
+        'attention.py': ['logger', 'CausalSelfAttention', 'SynthesizerAttention'],
+        'model.py': ['GPTConfig', 'GPT1Config', 'Block', 'GPT', 'CustomLayerNorm'],
+        'trainer.py': ['logger', 'TrainerConfig', 'Trainer'],
+        'utils.py': ['set_seed', 'top_k_logits', 'sample', 'evaluate_places'],
+        'london_baseline.py': [],
+    },
+    '2022-23': {
+        'dataset.py': ['NameDataset', 'CharCorruptionDataset'],
+        'attention.py': ['logger', 'CausalSelfAttention', 'CausalCrossAttention'],
+        'model.py': ['GPTConfig', 'GPT1Config', 'Block', 'DownProjectBlock', 'UpProjectBlock', 'GPT'],
+        'trainer.py': ['logger', 'TrainerConfig', 'Trainer'],
+        'utils.py': ['set_seed', 'top_k_logits', 'sample', 'get_name_prediction', 'evaluate_places'],
+        'london_baseline.py': [],
+    },
+    '2024-25': {
+        'dataset.py': ['CharCorruptionDataset', 'NameDataset'],
+        'attention.py': ['logger', 'precompute_rotary_emb', 'apply_rotary_emb', 'CausalSelfAttention',
+                         'CausalCrossAttention'],
+        'models.py': ['GPTConfig', 'GPT1Config', 'Block', 'GPT'],
+        'trainer.py': ['logger', 'TrainerConfig', 'Trainer'],
+        'utils.py': ['set_seed', 'top_k_logits', 'sample', 'get_name_prediction', 'evaluate_places'],
+        'london_baseline.py': ['main'],
+    },
+}
+# run.py is a script in every starter: its top-level names are the command's values. The
+# project's run.py binds the same names, `argp` and `block_size` at the top, the others in run().
+RUN_TOP = ['argp', 'block_size']
+RUN_VALUES = {'2021-22': ['args', 'device', 'text', 'pretrain_dataset', 'mconf'],
+              '2022-23': ['args', 'device', 'writer', 'text', 'pretrain_dataset', 'mconf'],
+              '2024-25': ['args', 'device', 'writer', 'text', 'pretrain_dataset', 'mconf', 'model']}
+RECIPE = ['LeadInDataset', 'BornViewMix', 'born_view', 'born_cut', 'undated', 'MONTHS', 'BORN',
+          'VIEW_CHARS']
+
+
+def parsed(name):
+    with open(os.path.join(SRC, name), encoding='utf-8') as f:
+        return ast.parse(f.read())
+
+
+def bound(nodes):
+    """The names a sequence of statements binds: definitions, assignments, imports."""
+    names = set()
+    for node in nodes:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split('.')[0] for a in node.names)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+    return names
+
+
+@pytest.mark.parametrize('edition', sorted(STARTERS))
+def test_every_starter_name_is_defined_in_the_file_of_that_name(edition):
+    for name, wanted in STARTERS[edition].items():
+        missing = set(wanted) - bound(parsed(name).body)
+        assert not missing, f'{name} of the {edition} starter: {sorted(missing)} not defined'
+
+
+@pytest.mark.parametrize('edition', sorted(RUN_VALUES))
+def test_run_py_binds_the_starter_scripts_names(edition):
+    tree = parsed('run.py')
+    assert set(RUN_TOP) <= bound(tree.body)
+    run = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == 'run')
+    inside = bound(ast.walk(run)) | {a.arg for a in run.args.args}
+    missing = set(RUN_VALUES[edition]) - inside
+    assert not missing, f'run.py of the {edition} starter: {sorted(missing)} not bound in run()'
+
+
+def test_dataset_py_holds_no_name_of_the_cpu_recipe():
+    assert not set(RECIPE) & bound(parsed('dataset.py').body)
+    import cpu_recipe
+    assert all(hasattr(cpu_recipe, name) for name in RECIPE)
+
+
+def imports_of(name, modules):
+    """The modules of src/ that `name` imports, anywhere in the file."""
+    found = set()
+    for node in ast.walk(parsed(name)):
+        if isinstance(node, ast.Import):
+            found.update(a.name.split('.')[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module.split('.')[0])
+    return found & modules
+
+
+def test_no_two_modules_import_each_other_directly_or_in_a_loop():
+    modules = {f[:-3] for f in os.listdir(SRC) if f.endswith('.py')}
+    graph = {m: imports_of(m + '.py', modules) - {m} for m in modules}
+    done, path = set(), []
+
+    def visit(m):
+        if m in path:
+            raise AssertionError('import loop: ' + ' -> '.join(path[path.index(m):] + [m]))
+        if m in done:
+            return
+        path.append(m)
+        for n in sorted(graph[m]):
+            visit(n)
+        path.pop()
+        done.add(m)
+    for m in sorted(graph):
+        visit(m)
+
+
+def test_get_name_prediction_answers_as_evaluate_does():
+    """utils.get_name_prediction (2022-23, 2024-25) runs, and gives evaluate's answer."""
+    import torch
+    import command
+    import dataset
+    import model
+    import utils
+    corpus = 'Ada Brook. Ada Brook was born in London.\nBen Carter. Ben was born in Paris.\n'
+    vocab = dataset.CharCorruptionDataset(corpus + 'Where was ?', 128)
+    torch.manual_seed(0)
+    gpt = model.GPT(model.GPTConfig(vocab.vocab_size, 128, n_layer=2, n_head=2, n_embd=16)).eval()
+    with torch.no_grad():  # answers that differ between the two questions
+        gpt.head.weight.normal_(0, 2.0)
+    questions = ['Where was Ada Brook born?', 'Where was Ben Carter born?']
+    prompts = [q + dataset.MASK_CHAR for q in questions]
+    answers = [utils.get_name_prediction(gpt, vocab, p) for p in prompts]
+    encoded = [[vocab.stoi[c] for c in p] for p in prompts]
+    assert answers == command.predict(gpt, encoded, vocab, 'cpu')
+    assert all(isinstance(a, str) for a in answers)

@@ -24,6 +24,15 @@ def trim_padding(x, y, multiple=1):
     return x[:, :keep].contiguous(), y[:, :keep].contiguous()
 
 
+def to_device(x, y, device, multiple=1):
+    """A training batch trimmed (trim_padding) and on `device`: pinned after the trim (which
+    copies) on a GPU, so that the copies overlap its work instead of waiting for it."""
+    x, y = trim_padding(x, y, multiple)
+    if device.type == 'cuda':
+        x, y = x.pin_memory(), y.pin_memory()
+    return x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+
+
 def batch_indices(n, batch_size, generator, shuffle=True):
     """One epoch's batches, (dataset indices, seed) each: the dataset in its order (shuffle
     False, the handout's) or a fresh shuffle, cut into batch_size pieces, and for each a seed of

@@ -1,7 +1,7 @@
 """The time budget (run.py --time_budget, a preset's budget): train the epochs that end within a
 number of seconds on the machine the run is on, the learning-rate schedule laid over them.
 
-Before the first epoch a few training steps are timed (and undone: Trainer.timed_steps), and the
+Before the first epoch a few training steps are timed (and undone: measure.timed_steps), and the
 epochs that fit are kept, at most the max_epochs asked for; final_tokens is scaled like the epochs,
 so the cosine keeps its shape and reaches its floor at the last step. After every epoch the
 epochs left are fitted again to the time left, at the pace the epochs have run (a few timed
@@ -20,6 +20,7 @@ import statistics
 import time
 
 import distributed
+import measure
 from common import UsageError
 
 MARGIN = 0.05  # of the budget, kept for epoch ends, saves, the evaluation after and noise
@@ -33,11 +34,11 @@ def epochs_that_fit(seconds, epoch_seconds, budget):
 
 def measured_step(trainer, start, clock, ahead=False):
     """Seconds per training step of the trainer's model and batches here, in trainer.precision:
-    the median of a few timed steps (Trainer.timed_steps: undone), the slowest rank's under
+    the median of a few timed steps (measure.timed_steps: undone), the slowest rank's under
     torchrun. Past 3 timed steps it stops once `start` lies 2% of the budget back."""
     config = trainer.config
-    times = trainer.timed_steps(
-        trainer.precision, warm=3 if config.compile else 2, timed=10, ahead=ahead,
+    times = measure.timed_steps(
+        trainer, trainer.precision, warm=3 if config.compile else 2, timed=10, ahead=ahead,
         stop=lambda t: len(t) >= 3 and clock() - start > 0.02 * config.time_budget)
     step = sorted(times)[len(times) // 2]  # the median: one slow step is no trend
     return distributed.agree(step, trainer.device, 'max')  # every rank plans the slowest's epochs
@@ -197,7 +198,42 @@ class TimeBudget:
         # (the tokens the loop started from: a resumed run's, loaded after this extra's start)
         per_epoch = (trainer.tokens - trainer.progress.start_tokens) / (done - trainer.start_epoch)
         t0 = max(trainer.tokens, schedule.warmup_tokens)
-        p0 = trainer.schedule_progress(t0)
+        p0 = cosine_progress(t0, trainer.schedule)
         asked, asked_final = schedule.asked
         p1 = (asked * per_epoch - schedule.warmup_tokens) / max(1, asked_final - schedule.warmup_tokens)
         schedule.relaid = (t0, p0, t0 + (epochs - done) * per_epoch, max(p0, p1))
+
+
+def cosine_progress(tokens, plan):
+    """How far along the cosine `tokens` are: 0 at the end of the warmup, 1 at final_tokens.
+    Where a time budget re-planned the epochs mid-run (budget.py), the rest of the cosine is laid
+    over them: plan.relaid = (t0, p0, t1, p1) takes progress p0 at t0 on to p1 at t1."""
+    relaid = getattr(plan, 'relaid', None)
+    if relaid is not None and tokens >= relaid[0]:
+        t0, p0, t1, p1 = relaid
+        return p0 + (min(tokens, t1) - t0) * (p1 - p0) / max(1.0, t1 - t0)
+    return float(tokens - plan.warmup_tokens) / float(max(1, plan.final_tokens - plan.warmup_tokens))
+
+
+class Schedule:
+    """The run's plan, apart from its configuration (which keeps what was asked for): the epochs
+    to train, where the cosine ends, and where it was laid anew. It starts as the config asks; a
+    time budget (budget.py) re-plans it, a resumed run (checkpoint.py) restores it."""
+
+    def __init__(self, config):
+        self.max_epochs = config.max_epochs
+        self.warmup_tokens = config.warmup_tokens
+        self.final_tokens = config.final_tokens
+        self.asked = (config.max_epochs, config.final_tokens)  # what a budget's plans scale
+        self.relaid = None  # (t0, p0, t1, p1): a budget re-planned the epochs, see cosine_progress
+
+    def state_dict(self):
+        # the keys resumable checkpoints have held since budgets could re-plan
+        return {'max_epochs': self.max_epochs, 'final_tokens': self.final_tokens,
+                'budget_asked': self.asked, 'relaid': self.relaid}
+
+    def load_state_dict(self, state):
+        self.max_epochs, self.final_tokens = state['max_epochs'], state['final_tokens']
+        asked, relaid = state.get('budget_asked'), state.get('relaid')
+        self.asked = tuple(asked) if asked is not None else (self.max_epochs, self.final_tokens)
+        self.relaid = tuple(relaid) if relaid is not None else None

@@ -19,9 +19,10 @@ import sys
 
 import torch
 
-from cpu_load import BUSY_SHARE, LoadMeter, cpu_times
-from devices import bf16_supported, pick_precision
+import measure
 from common import atomic_write
+from cpu_load import BUSY_SHARE, LoadMeter
+from devices import bf16_supported, pick_precision
 
 PATH_CACHE_FORMAT = 'cs224n-minGPT measured CPU paths, 2'  # 2: each choice with its figures
 OLD_FORMATS = ('cs224n-minGPT measured CPU paths, 1',)  # choices without figures: measured anew
@@ -153,7 +154,7 @@ class ChoosePaths:
         """Median seconds per step of `choice` (after one untimed step)."""
         if hasattr(trainer.model, 'set_cpu_attention_path'):
             trainer.model.set_cpu_attention_path(choice[1])
-        return median(trainer.timed_steps(choice[0], warm=1, timed=timed))
+        return median(measure.timed_steps(trainer, choice[0], warm=1, timed=timed))
 
     def choose(self, trainer, candidates):
         """(choice, how it was made): the remembered one if this run's steps agree with its
@@ -169,7 +170,7 @@ class ChoosePaths:
                 return choice, (f'cached for this machine in {config.path_cache}: {then:.3f} s per '
                                 f'step then, {now:.3f} s now')
             note = f'; the cached {path_name(choice)} took {then:.3f} s per step then, {now:.3f} s now'
-        meter = LoadMeter(trainer.clock, config.cpu_times or cpu_times)
+        meter = LoadMeter(trainer.clock, trainer.cpu_times)
         seconds = {c: self.time_path(trainer, c) for c in candidates}
         choice = min(candidates, key=seconds.get)
         how = 'measured, median of 3 steps: ' + ', '.join(

@@ -84,3 +84,18 @@ def global_loss(loss):
     loss = loss / world()
     dist.all_reduce(loss)
     return loss
+
+
+def wrapped(model, device, compile=False):
+    """The model a training step calls: DDP-wrapped under torchrun, compiled when asked."""
+    if active():
+        # broadcast_buffers=False: the buffers (causal masks, RoPE tables) never change, so
+        # re-sending them before every forward pass is wasted traffic
+        model = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == 'cuda' else None,
+            broadcast_buffers=False)
+    if compile:
+        # On a CPU, model.packed_loss packs each batch to its own number of positions: a graph
+        # for any size, or it would recompile for every new size.
+        model = torch.compile(model, dynamic=True if device.type == 'cpu' else None)
+    return model

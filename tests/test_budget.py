@@ -13,6 +13,7 @@ import torch
 import command
 import common
 import cpu_recipe
+import measure
 import trainer
 from test_schedule import RecordingWriter, name_data, tiny_gpt  # noqa: F401 (name_data: a fixture)
 
@@ -27,9 +28,9 @@ class FakeClock:
         return self.now
 
 
-def budgeted_run(data, budget, max_epochs=4, seed=0, **config):
+def budgeted_run(data, budget, max_epochs=4, seed=0, clock=None, **config):
     """A Trainer run (dataset `data`, batches of 8) with time_budget seconds (and other
-    TrainerConfig `config`); (trainer, params, lrs logged)."""
+    TrainerConfig `config`), reading `clock`; (trainer, params, lrs logged)."""
     torch.manual_seed(seed)
     random.seed(seed)
     gpt = tiny_gpt(vocab=len(data.stoi), n_layer=1)
@@ -38,7 +39,7 @@ def budgeted_run(data, budget, max_epochs=4, seed=0, **config):
                                  lr_decay=True, warmup_tokens=100,
                                  final_tokens=max_epochs * 20 * 127,  # the cosine over every epoch
                                  writer=writer, time_budget=budget, **config)
-    t = trainer.Trainer(gpt, data, None, conf)
+    t = trainer.Trainer(gpt, data, None, conf, clock=clock)
     t.train()
     return t, gpt.state_dict(), [v for _, v in writer.scalars['train/lr']]
 
@@ -56,7 +57,7 @@ def test_a_budget_that_fits_every_epoch_changes_nothing(name_data, capsys):
 def slow_steps(monkeypatch, seconds):
     """Every training step takes `seconds` on a stand-in clock (a slow machine, not a busy one;
     a function of the number of steps taken so far for a machine whose pace changes): returns the
-    clock, for the runs' TrainerConfig(clock=...)."""
+    clock, for the runs' Trainer(clock=...)."""
     clock = FakeClock()
     real_step = trainer.Trainer._step
     taken = []
@@ -109,7 +110,7 @@ def test_the_first_epoch_corrects_a_misleading_measurement(name_data, monkeypatc
     it saw: it ends inside the budget with its schedule finished (the lr at its 10% floor at the
     last step), not cut short by the safety net."""
     clock = slow_steps(monkeypatch, 0.1)
-    monkeypatch.setattr(trainer.Trainer, 'timed_steps', lambda self, *a, **k: [0.001] * 3)
+    monkeypatch.setattr(measure, 'timed_steps', lambda trainer, *a, **k: [0.001] * 3)
     start = clock()
     t, _, lrs = budgeted_run(name_data, 4, max_epochs=50, start_time=start, clock=clock)
     took = clock() - start
@@ -131,7 +132,7 @@ def test_the_checkpoint_after_a_re_plan_holds_the_new_plan(name_data, monkeypatc
     after the first epoch must already hold the re-planned epochs and schedule."""
     import checkpoint
     clock = slow_steps(monkeypatch, 0.1)
-    monkeypatch.setattr(trainer.Trainer, 'timed_steps', lambda self, *a, **k: [0.001] * 3)
+    monkeypatch.setattr(measure, 'timed_steps', lambda trainer, *a, **k: [0.001] * 3)
     saved = []
     real_save = checkpoint.Resumable.save
 
@@ -182,7 +183,7 @@ def test_a_resumed_budgeted_run_lays_its_schedule_over_the_epochs_it_trains(
     import checkpoint
     pace = [0.1]  # seconds per step: 0.05 once resumed
     clock = slow_steps(monkeypatch, lambda n: pace[0])
-    monkeypatch.setattr(trainer.Trainer, 'timed_steps', lambda self, *a, **k: [0.001] * 3)
+    monkeypatch.setattr(measure, 'timed_steps', lambda trainer, *a, **k: [0.001] * 3)
     ckpt, kept = tmp_path / 'run.ckpt', tmp_path / 'after-epoch-3.ckpt'
     real_save = checkpoint.Resumable.save
 
@@ -213,7 +214,7 @@ def test_a_wavering_pace_leaves_the_plan_alone(name_data, monkeypatch, capsys):
     made again after most epochs, 40 <-> 43 on a real run), the run ends inside the budget with
     its schedule at the floor at the last step."""
     clock = slow_steps(monkeypatch, lambda n: 0.1 * (1.04 if (n // 3) % 2 else 0.96))
-    monkeypatch.setattr(trainer.Trainer, 'timed_steps', lambda self, *a, **k: [0.1] * 3)
+    monkeypatch.setattr(measure, 'timed_steps', lambda trainer, *a, **k: [0.1] * 3)
     start = clock()
     t, _, lrs = budgeted_run(name_data, 6, max_epochs=50, start_time=start, clock=clock)
     took = clock() - start
@@ -232,7 +233,7 @@ def test_a_stray_slow_epoch_among_short_ones_leaves_the_plan_alone(name_data, mo
     draw = random.Random(7)
     slow = [draw.random() < 0.25 for _ in range(400)]
     clock = slow_steps(monkeypatch, lambda n: 0.1 * (5 / 3 if slow[n // 3] else 1))
-    monkeypatch.setattr(trainer.Trainer, 'timed_steps', lambda self, *a, **k: [0.1] * 3)
+    monkeypatch.setattr(measure, 'timed_steps', lambda trainer, *a, **k: [0.1] * 3)
     start = clock()
     t, _, lrs = budgeted_run(name_data, 45, max_epochs=400, start_time=start, clock=clock)
     took = clock() - start
@@ -248,7 +249,7 @@ def test_the_first_step_s_one_off_cost_is_not_taken_for_the_pace(name_data, monk
     650 epochs to 306); steps of 100 ms, 3 per epoch, as the timed steps said, and all 20 epochs
     asked for fit in the budget with that second to spare: the plan is made once and kept."""
     clock = slow_steps(monkeypatch, lambda n: 1.1 if n == 0 else 0.1)
-    monkeypatch.setattr(trainer.Trainer, 'timed_steps', lambda self, *a, **k: [0.1] * 3)
+    monkeypatch.setattr(measure, 'timed_steps', lambda trainer, *a, **k: [0.1] * 3)
     start = clock()
     t, _, lrs = budgeted_run(name_data, 8, max_epochs=20, start_time=start, clock=clock)
     took = clock() - start
@@ -281,7 +282,7 @@ def test_a_machine_too_slow_for_the_presets_model_pretrains_its_smaller_one(
     built first: the choice changes the model, not the seed's draws."""
     import inputs
     import presets
-    monkeypatch.setattr(trainer.Trainer, 'timed_steps', lambda self, *a, **k: [step] * 3)
+    monkeypatch.setattr(measure, 'timed_steps', lambda trainer, *a, **k: [step] * 3)
     clock = FakeClock()
     torch.manual_seed(0)
     assert len(name_data) == 20  # 3 batches of 8
@@ -310,7 +311,7 @@ def test_only_a_budgeted_pretraining_of_a_preset_with_a_slow_model_measures(name
 
     def timed(self, *a, **k):
         raise AssertionError('timed steps')
-    monkeypatch.setattr(trainer.Trainer, 'timed_steps', timed)
+    monkeypatch.setattr(measure, 'timed_steps', timed)
     scratch = run.parse_args(['finetune', 'vanilla', 'corpus.txt', '--writing_params_path',
                               'f.params', '--finetune_corpus_path', 'train.tsv', '--preset',
                               'cpu-20min', '--precision', 'fp32'])
@@ -330,7 +331,7 @@ def test_params_and_checkpoints_of_the_slow_model_are_read_into_it(name_data, mo
 
     def timed(self, *a, **k):
         raise AssertionError('timed steps')
-    monkeypatch.setattr(trainer.Trainer, 'timed_steps', timed)
+    monkeypatch.setattr(measure, 'timed_steps', timed)
     monkeypatch.chdir(tmp_path)
     vocab, block = len(name_data.stoi), name_data.block_size
     for layers in (2, 3, 4):

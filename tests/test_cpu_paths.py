@@ -17,6 +17,7 @@ import cpu_load
 import cpu_paths
 import dataset
 import devices
+import measure
 import model
 import trainer
 import utils
@@ -57,9 +58,8 @@ def run(cache, precision='auto', dropout=0.0, kernel='unset', machine=None):
     if kernel != 'unset':
         gpt.set_cpu_attention_path(kernel)
     tconf = trainer.TrainerConfig(max_epochs=1, batch_size=8, learning_rate=3e-3,
-                                  precision=precision, path_cache=str(cache),
-                                  clock=machine.clock, cpu_times=machine.cpu_times)
-    t = trainer.Trainer(gpt, data, None, tconf)
+                                  precision=precision, path_cache=str(cache))
+    t = trainer.Trainer(gpt, data, None, tconf, clock=machine.clock, cpu_times=machine.cpu_times)
     t.train()
     return t, gpt
 
@@ -98,7 +98,7 @@ def test_the_fastest_candidate_is_kept(tmp_path, monkeypatch, capsys):
     def timed(self, precision, warm, timed, ahead=False, stop=None):
         kernel, = kernels(self.model)
         return [fake[precision, kernel]] * timed
-    monkeypatch.setattr(trainer.Trainer, 'timed_steps', timed)
+    monkeypatch.setattr(measure, 'timed_steps', timed)
     t, gpt = run(tmp_path / 'paths.json')
     assert t.precision == 'bf16' and kernels(gpt) == {False}
     assert 'auto: bf16 + attention math (measured' in capsys.readouterr().out
@@ -134,7 +134,7 @@ def fake_timings(monkeypatch, machine, seconds):
         timed_paths.append((precision, kernel))
         machine.advance((warm + timed) * seconds[precision, kernel])
         return [seconds[precision, kernel]] * timed
-    monkeypatch.setattr(trainer.Trainer, 'timed_steps', timed)
+    monkeypatch.setattr(measure, 'timed_steps', timed)
     return timed_paths
 
 

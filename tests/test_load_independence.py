@@ -14,10 +14,9 @@ import torch
 import checkpoint
 import command
 import cpu_load
-import cpu_paths
+import extras
 import devices
 import run
-import trainer
 from tiny_run import CORPUS
 
 SHORT = '\n'.join(CORPUS.split('\n')[:16]) + '\n'  # 17 documents: 3 batches of 8 an epoch
@@ -47,7 +46,7 @@ def machine(monkeypatch):
     monkeypatch.delenv('OMP_NUM_THREADS', raising=False)
     monkeypatch.delenv(cpu_load.FIXED, raising=False)
     monkeypatch.setattr(cpu_load.FollowLoad, 'FIRST', 0.0)
-    monkeypatch.setattr(trainer, 'FollowLoad', functools.partial(cpu_load.FollowLoad, every=0.0))
+    monkeypatch.setattr(extras, 'FollowLoad', functools.partial(cpu_load.FollowLoad, every=0.0))
     monkeypatch.setattr(devices, 'cpu_has_bf16', lambda: True)
     changes = []
     set_threads, threads = torch.set_num_threads, torch.get_num_threads()
@@ -61,8 +60,7 @@ def machine(monkeypatch):
 
     def load(shares):
         meter = Load(shares)
-        for module in (cpu_load, cpu_paths, trainer):
-            monkeypatch.setattr(module, 'cpu_times', meter)
+        monkeypatch.setattr(cpu_load, 'cpu_times', meter)
         return meter
     state.load = load
     yield state

@@ -1,0 +1,21 @@
+"""The trainer's extras (engine, not the handout): what a run attaches to the handout's loop at
+its named points, in the order they act there. The precision is chosen before the budget times
+steps, and an epoch's re-plan comes before the checkpoint that saves it."""
+from budget import TimeBudget
+from checkpoint import Resumable
+from cpu_load import FollowLoad
+from cpu_paths import ChoosePaths
+
+
+def for_trainer(trainer):
+    """The extras a Trainer's config asks for."""
+    config = trainer.config
+    extras = [ChoosePaths()]
+    if config.follow_load and trainer.device.type == 'cpu' and not trainer.distributed \
+            and config.cpu_workers == 0:  # (workers' CPU time would read as other processes')
+        extras.append(FollowLoad(times=trainer.cpu_times))
+    if config.time_budget is not None:
+        extras.append(TimeBudget(trainer.clock))
+    if config.resume_path is not None:
+        extras.append(Resumable())
+    return extras

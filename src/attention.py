@@ -1,4 +1,5 @@
-"""
+"""Handout file: the starter's attention.py (names, keys fixed: tests/test_model_compat.py).
+
 The three attention modules of the assignment, as the handout writes them: their parameters and
 buffers are exactly the handout's (so params files load both ways), and each computes masked
 softmax attention with the handout's written-out math (`softmax_attention`), or, on the fast

@@ -1,4 +1,6 @@
-"""The training batches: the handout's batches of the dataset, built so that every process that
+"""Engine (free to change): the training batches.
+
+The training batches: the handout's batches of the dataset, built so that every process that
 builds one (this one, a DataLoader worker, a resumed run, another rank) builds the same, and cut
 to the columns that can change the loss.
 

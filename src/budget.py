@@ -1,4 +1,6 @@
-"""The time budget (run.py --time_budget, a preset's budget): train the epochs that end within a
+"""Engine (free to change): the time budget and the schedule's plan.
+
+The time budget (run.py --time_budget, a preset's budget): train the epochs that end within a
 number of seconds on the machine the run is on, the learning-rate schedule laid over them.
 
 Before the first epoch a few training steps are timed (and undone: measure.timed_steps), and the

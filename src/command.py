@@ -1,4 +1,6 @@
-"""What run.py's commands need beyond the starter's code: engine, not the handout (free to
+"""Engine (free to change): what run.py's commands need beyond the starter's code.
+
+What run.py's commands need beyond the starter's code: engine, not the handout (free to
 change; run.py calls it at named points). The flags the handout does not have and every check of
 the command line before any work; the model a command builds and each training stage's
 TrainerConfig, from the preset (presets.py); the batched greedy answers; and what a finished

@@ -1,4 +1,6 @@
-"""The engine's shared pieces (not the handout's): bad input as one clear error line
+"""Engine (free to change): one-line errors, whole-or-nothing writes, shared helpers.
+
+The engine's shared pieces (not the handout's): bad input as one clear error line
 (UsageError, OneLineParser), files written whole or not at all (atomic_write, save_state_dict),
 the tensorboard writer made at the first scalar, the params' key/shape comparison and the
 checkout's commit."""

@@ -1,4 +1,6 @@
-"""precision 'auto' in training on a CPU: the machine's measured choice, remembered.
+"""Engine (free to change): precision 'auto' on a CPU, measured and remembered.
+
+precision 'auto' in training on a CPU: the machine's measured choice, remembered.
 
 The ways of training a model on a CPU that compute the same function (fp32, or bf16 autocast where
 the CPU has bf16 arithmetic; for attention without dropout, the fused kernel or the written-out
@@ -20,6 +22,7 @@ import sys
 import torch
 
 import measure
+from attention import CausalSelfAttention
 from common import atomic_write
 from cpu_load import BUSY_SHARE, LoadMeter
 from devices import bf16_supported, pick_precision
@@ -37,9 +40,22 @@ def default_path_cache():
 
 
 def attention_paths(model):
-    """The CPU attention paths `model` can train through (model.GPT.cpu_attention_paths), or
-    [None] for a model without a choice."""
-    return model.cpu_attention_paths() if hasattr(model, 'cpu_attention_paths') else [None]
+    """The attention paths training `model` on a CPU can take: the fused kernel (True) and the
+    written-out math (False), both computing the same function; only the math ([None]: nothing
+    to choose) when attention has dropout or the plain path is asked for (the kernel has no CPU
+    dropout of its own: see attention.CausalSelfAttention.cpu_math)."""
+    layers = [m for m in model.modules() if isinstance(m, CausalSelfAttention)]
+    if not layers or not all(m.flash and m.attn_drop.p == 0 for m in layers):
+        return [None]
+    return [True, False]
+
+
+def set_attention_path(model, kernel, unset_only=False):
+    """Training on a CPU: attention through the fused kernel (True or None) or the written-out
+    math (False); unset_only: only in the layers whose path is still None."""
+    for m in model.modules():
+        if isinstance(m, CausalSelfAttention) and not (unset_only and m.cpu_kernel is not None):
+            m.cpu_kernel = kernel
 
 
 def cpu_candidates(model):
@@ -130,9 +146,8 @@ class ChoosePaths:
     def on_train_start(self, trainer):
         config = trainer.config
         if config.precision != 'auto':
-            if config.precision == 'bf16' and trainer.device.type == 'cpu' \
-                    and hasattr(trainer.model, 'set_cpu_attention_path'):
-                trainer.model.set_cpu_attention_path(False, unset_only=True)
+            if config.precision == 'bf16' and trainer.device.type == 'cpu':
+                set_attention_path(trainer.model, False, unset_only=True)
             return
         if trainer.device.type != 'cpu':
             trainer.precision = pick_precision('auto', trainer.device, training=True)
@@ -144,16 +159,14 @@ class ChoosePaths:
         else:
             choice, how = self.choose(trainer, candidates)
         trainer.precision = choice[0]
-        if hasattr(raw_model, 'set_cpu_attention_path'):
-            raw_model.set_cpu_attention_path(choice[1])
+        set_attention_path(raw_model, choice[1])
         if how is not None and trainer.rank == 0:
             print(f'auto: {path_name(choice)} ({how})', flush=True)
 
     @staticmethod
     def time_path(trainer, choice, timed=3):
         """Median seconds per step of `choice` (after one untimed step)."""
-        if hasattr(trainer.model, 'set_cpu_attention_path'):
-            trainer.model.set_cpu_attention_path(choice[1])
+        set_attention_path(trainer.model, choice[1])
         return median(measure.timed_steps(trainer, choice[0], warm=1, timed=timed))
 
     def choose(self, trainer, candidates):

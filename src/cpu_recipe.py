@@ -1,4 +1,6 @@
-"""The CPU recipes' data and model (presets cpu-20min, cpu-45min, cpu-rehearsal): engine, not
+"""Engine (free to change): the CPU recipes' data and model.
+
+The CPU recipes' data and model (presets cpu-20min, cpu-45min, cpu-rehearsal): engine, not
 the handout. None of this is in the starter code, and none of it runs under the handout's preset:
 run.py calls `prepare` once, where a preset asks for a recipe. What each piece is for and what it
 reached: docs/cpu-recipe.md.

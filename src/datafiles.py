@@ -1,4 +1,6 @@
-"""The assignment's data files: copying them into data/ (with checksums) and finding them.
+"""Engine (free to change): the data files, set up and found.
+
+The assignment's data files: copying them into data/ (with checksums) and finding them.
 
     python src/datafiles.py            # copy from $A5_DATA_DIR (default ../shared/data) into data/
 

@@ -1,4 +1,6 @@
-"""Batched greedy decoding that returns exactly what the handout's one-question-at-a-time loop
+"""Engine (free to change): batched greedy decoding.
+
+Batched greedy decoding that returns exactly what the handout's one-question-at-a-time loop
 returns (`utils.sample(model, x, steps, sample=False)` for each prompt), only faster:
 
 - many prompts are decoded together, whatever their lengths: each row keeps its own positions
@@ -20,7 +22,7 @@ from collections import defaultdict
 import torch
 from torch.nn import functional as F
 
-from fastpath import Packing
+from fastpath import KVCache, Packing
 
 
 def _pick(logits):
@@ -33,6 +35,17 @@ def _count(x, stop_id):
 
 
 @torch.no_grad()
+def new_caches(model, size, trim=True):
+    """One KVCache per attention layer of `model`, for decoding one step at a time sequences of
+    at most `size` positions (trim: see KVCache)."""
+    if not model.perceiver:
+        return [KVCache(size, trim) for _ in model.blocks]
+    # the perceiver: the down block's keys/values cover the input positions, the others the
+    # bottleneck slots
+    m = model.bottleneck_dim
+    return [KVCache(size, trim)] + [KVCache(m, trim) for _ in model.blocks] + [KVCache(m, trim)]
+
+
 def _decode_cached(model, prompts, steps, stop_id, stop_count, device, trim):
     """Prompts of any lengths, each continued within the model's context: one batch, caches."""
     B = len(prompts)
@@ -42,7 +55,7 @@ def _decode_cached(model, prompts, steps, stop_id, stop_count, device, trim):
     for r, p in enumerate(prompts):
         seqs[r, :len(p)] = torch.tensor(p, dtype=torch.long)
 
-    caches = model.new_caches(P + steps, trim)
+    caches = new_caches(model, P + steps, trim)
     # The prompts, packed: each row's own positions only, as in fastpath.Packing (the caches
     # get zeros past a row's prompt, overwritten by its next tokens before any query sees them).
     # Only each row's last position needs logits.

@@ -1,4 +1,6 @@
-"""Where the arithmetic runs and in which precision: the device, whether it has bf16, autocast,
+"""Engine (free to change): device, precision and random states.
+
+Where the arithmetic runs and in which precision: the device, whether it has bf16, autocast,
 and the random states training draws from there. One answer for run.py, the trainer and the
 scripts."""
 import random
@@ -37,10 +39,8 @@ def pick_precision(name, device, training, measure=True):
         return name
     if training and measure and torch.device(device).type == 'cpu':
         return 'auto'
-    # Not bf16 on a GPU: on an H100 the handout's pretraining under bf16 autocast (fused attention
-    # with dropout) climbed back to a loss of 3.6 and answered 0% where fp32 kept learning, and it
-    # was barely faster at this model's size: 0.33 s an epoch against 0.34
-    # (results/h100-80gb-hbm3/README.md).
+    # Not bf16 on a GPU: the handout's pretraining diverged under bf16 autocast on an H100 where
+    # fp32 learned, and was barely faster at this model's size (results/h100-80gb-hbm3/README.md).
     return 'fp32'
 
 

@@ -1,4 +1,6 @@
-"""The trainer's extras (engine, not the handout): what a run attaches to the handout's loop at
+"""Engine (free to change): the trainer's extras, chosen and ordered.
+
+The trainer's extras (engine, not the handout): what a run attaches to the handout's loop at
 its named points, in the order they act there. The precision is chosen before the budget times
 steps, and an epoch's re-plan comes before the checkpoint that saves it."""
 from budget import TimeBudget

@@ -1,4 +1,5 @@
-"""
+"""Engine (free to change): the bookkeeping that skips work without changing results.
+
 The bookkeeping that lets the attention modules (attention.py) and the model (model.py) skip work
 that cannot change any result. None of it is the assignment's; each piece is tested against the
 handout's math (tests/test_fast_paths.py).

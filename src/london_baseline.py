@@ -1,3 +1,4 @@
+"""Handout file: the starter's london_baseline.py (its line fixed: tests/test_cli.py)."""
 # Calculate the accuracy of a baseline that simply predicts "London" for every
 #   example in the dev set.
 #   python src/london_baseline.py [EVAL_CORPUS_PATH]      (default birth_dev.tsv)

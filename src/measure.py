@@ -1,4 +1,6 @@
-"""Timing a trainer's steps on this machine (engine, not the handout): what precision 'auto'
+"""Engine (free to change): timing a trainer's steps on this machine.
+
+Timing a trainer's steps on this machine (engine, not the handout): what precision 'auto'
 (cpu_paths) and the time budget (budget) measure, with steps that change nothing."""
 import torch
 

@@ -1,4 +1,5 @@
-"""
+"""Handout file: the starter's model.py (names, state_dict keys fixed: tests/test_model_compat.py).
+
 GPT model:
 - the initial stem consists of a combination of token encoding and a positional encoding
 - the meat of it is a uniform sequence of Transformer blocks
@@ -7,17 +8,13 @@ GPT model:
     - all blocks feed into a central residual pathway similar to resnets
 - the final decoder is a linear projection into a vanilla Softmax classifier
 
-Four variants share this file: vanilla (CausalSelfAttention in every block), synthesizer
-(SynthesizerAttention in every block, config.synthesizer), perceiver (config.perceiver: the
-first block becomes a DownProjectBlock onto bottleneck_dim learned queries, the last an
-UpProjectBlock back to the input length) and rope (the 2024-25 edition, config.rope: no position
-table; every attention layer rotates its queries and keys by their positions). Module names match
-the handouts', so state_dicts are interchangeable with them. (The 2024-25 starter code calls this
-file models.py: src/models.py is this module under that name.)
-
-Beyond the handout, and changing no result: training on a CPU computes only the positions that
-can change the loss (fastpath.Packing), and decoding keeps each layer's keys and values
-(fastpath.KVCache), for the perceiver too; that bookkeeping is passed by keyword.
+A handout file: four variants, module names and state_dict keys as the handouts'
+(tests/test_model_compat.py): vanilla; synthesizer (SynthesizerAttention in every block);
+perceiver (a DownProjectBlock onto bottleneck_dim learned queries first, an UpProjectBlock back
+last); rope (2024-25, no position table: attention rotates queries and keys). src/models.py is
+this module under the 2024-25 starter's file name. Changing no result: training on a CPU
+computes only the positions that can change the loss (fastpath.Packing), and decoding keeps each
+layer's keys and values (decode.py); that bookkeeping is passed by keyword.
 """
 import copy
 
@@ -26,7 +23,7 @@ import torch.nn as nn
 from torch.nn import functional as F
 
 from attention import CausalCrossAttention, CausalSelfAttention, SynthesizerAttention
-from fastpath import Dropout, KVCache, Packing, kept_lengths
+from fastpath import Dropout, Packing, kept_lengths
 
 
 class GPTConfig:
@@ -214,33 +211,6 @@ class GPT(nn.Module):
 
     def get_block_size(self):
         return self.block_size
-
-    def cpu_attention_paths(self):
-        """The attention paths training on a CPU can take, for trainer.Trainer to time: the fused
-        kernel (True) and the written-out math (False), both computing the same function; only
-        the math ([None]: nothing to choose) when attention has dropout or the plain path is
-        asked for (the kernel has no CPU dropout of its own: see CausalSelfAttention.cpu_math)."""
-        layers = [m for m in self.modules() if isinstance(m, CausalSelfAttention)]
-        if not layers or not all(m.flash and m.attn_drop.p == 0 for m in layers):
-            return [None]
-        return [True, False]
-
-    def set_cpu_attention_path(self, kernel, unset_only=False):
-        """Training on a CPU: attention through the fused kernel (True or None) or the
-        written-out math (False); unset_only: only in the layers whose path is still None."""
-        for m in self.modules():
-            if isinstance(m, CausalSelfAttention) and not (unset_only and m.cpu_kernel is not None):
-                m.cpu_kernel = kernel
-
-    def new_caches(self, size, trim=True):
-        """One KVCache per attention layer, for decoding one step at a time sequences of at most
-        `size` positions (see decode.py; trim: see KVCache)."""
-        if not self.perceiver:
-            return [KVCache(size, trim) for _ in self.blocks]
-        # the perceiver: the down block's keys/values cover the input positions, the others the
-        # bottleneck slots
-        m = self.bottleneck_dim
-        return [KVCache(size, trim)] + [KVCache(m, trim) for _ in self.blocks] + [KVCache(m, trim)]
 
     def forward(self, idx, targets=None, caches=None, positions=None, loss_only=False):
         """idx (B, T) -> logits (B, T, vocab_size), and the loss when targets are given.

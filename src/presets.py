@@ -1,4 +1,6 @@
-"""Every hyperparameter run.py uses, in one place, as named presets.
+"""Engine (free to change): every hyperparameter, as named presets.
+
+Every hyperparameter run.py uses, in one place, as named presets.
 
 `handout` is the assignment's run.py, value for value, and the default. The others are labelled
 for what they are: shorter schedules for machines without a GPU, not the handout's settings.
@@ -144,18 +146,11 @@ def _preset(model=None, rehearsal_lead=None, mix=None, time_budget=None, slow=No
     return preset
 
 
-# The CPU recipe (README, results/cpu/): vanilla pretrain + finetune on a 2-core CPU in a time
-# budget. NOT the handout's settings: its model without dropout, pretraining at batch 64 (twice
-# the handout's updates per epoch) with a learning rate of 1.5e-3 (the handout's 6e-3, at its
-# batch of 128, stalled near a loss of 2.6 without dropout), for as many epochs as end within the
-# preset's budget on the machine it runs on (at most the handout's 650), the cosine schedule
-# compressed to them. Measured with 180 fixed epochs on a 2-core AVX-512-BF16 EPYC (bf16):
-# 15.8% dev in 38.6 minutes; 200 epochs reached 16.0% and 25.6% (results/cpu/).
-# Finetuning is the handout's (10 epochs, or fewer if they do not end within the budget) plus a
-# rehearsal of the pretraining corpus led by "Where was " (cpu_recipe.LeadInDataset): a pretrained
-# model stores a person's facts under the name at the start of a line, and the rehearsal teaches
-# it to read them with the name where the question puts it (4.4% -> 8.2% dev for a smaller
-# model, results/cpu/).
+# cpu-rehearsal's recipe, NOT the handout's settings: its model without dropout, pretrained at
+# batch 64 and lr 1.5e-3 (the handout's 6e-3 stalled without dropout) for the epochs that fit the
+# budget; finetuning also rehearses the corpus led by "Where was " (cpu_recipe.LeadInDataset), so
+# that facts stored under a line's leading name are read where a question puts the name. What
+# it reached, and the runs that chose it: docs/cpu-recipe.md.
 CPU_RECIPE = dict(
     model=dict(embd_pdrop=0.0, resid_pdrop=0.0, attn_pdrop=0.0),
     pretrain=dict(max_epochs=650, batch_size=64, learning_rate=1.5e-3,
@@ -165,20 +160,13 @@ CPU_RECIPE = dict(
     adapts=True,
 )
 
-# The 20-minute CPU recipe (docs/cpu-recipe.md, "E11"): mixed training. NOT the handout's model or
-# data: a 128-wide model (its params do not load into the handout's 256-wide one), pretrained on
-# short views of each wiki.txt line ("Where was NAME born ..." without dates, cpu_recipe.born_view)
-# with a quarter of every batch the training questions, at batch 64, learning rate 3e-3 warmed up
-# over 30 steps, for the epochs that end within 17 minutes; finetuning continues the same mix for
-# one epoch at the handout's finetuning rate. A smaller model stores more per second here; the
-# short views store each place under the name, and the questions teach reading it from there.
-# On 200 people held out of the training questions (a 2-core AVX2 EPYC, fp32, 3,500 steps):
-# 88% of their places stored, 26.5% of their questions answered; 24.0% after the finetuning.
-# On a slower machine (one core of that EPYC fits about 1,900 steps into 17 minutes, and the model
-# answers 3.5% of those questions there, E12), a 2-layer model takes twice the steps in that time
-# and answers more (11.0% at 3,500 steps, E17; 12.5% at 5,000, E18), while from 2,400 steps on
-# the 4-layer model answers more (14.0%, E20; two cores' 3,000: 18-23% dev). So pretraining times
-# a few steps of the 4-layer model first and builds the 2-layer one below SLOW_BELOW_STEPS.
+# cpu-20min's and cpu-45min's recipe (mixed training), NOT the handout's model or data: a
+# 128-wide model (a smaller model stores more per second on a CPU) pretrained on short views of
+# each wiki.txt line ("Where was NAME born ..." without dates, cpu_recipe.born_view), which store
+# each place under the name where a question puts it, mixed with a quarter of the training
+# questions, which teach reading it from there; finetuning continues the mix for one epoch. On a
+# machine too slow for the 4-layer model's steps a 2-layer one learns more in the same minutes
+# (the threshold lies between two measured probes). Figures and experiments: docs/cpu-recipe.md.
 SLOW_BELOW_STEPS = 2200
 MIX_STEP = 64 * (BLOCK_SIZE - 1)  # the positions of one step at batch 64, as the schedule counts
 CPU_MIX = dict(
@@ -195,16 +183,14 @@ CPU_MIX = dict(
 PRESETS = {
     'handout': _preset(),
     # A smoke run: the whole pipeline in a few minutes on a CPU, to see it work end to end
-    # (`bash scripts/main.sh --preset cpu-quick`). At this length the model answers 0% right.
+    # (`bash scripts/main.sh --preset cpu-quick`); too short to answer anything.
     'cpu-quick': _preset(
         pretrain=dict(max_epochs=2, batch_size=32, learning_rate=3e-3),
         finetune_scratch=dict(max_epochs=2),
         finetune_pretrained=dict(max_epochs=2),
     ),
-    # The handout's model shapes on a CPU (CPU_RECIPE) in 38 + 5 minutes: 15.8% dev on a 2-core
-    # AVX-512-BF16 EPYC (bf16; results/cpu/), 2.6% on a 2-core AVX2 one. Its params load into the
-    # handout's model. 38 + 5 minutes leave 2 for the London baseline, the evaluations and the
-    # start of each command.
+    # The handout's model shapes on a CPU (CPU_RECIPE): its params load into the handout's model.
+    # 38 + 5 minutes leave 2 of 45 for the London baseline, the evaluations and each start.
     'cpu-rehearsal': _preset(**CPU_RECIPE, time_budget={'pretrain': 38, 'finetune_pretrained': 5}),
     # CPU_MIX in 41 + 1 minutes: the 20-minute recipe with more than twice its epochs.
     'cpu-45min': _preset(**CPU_MIX, time_budget={'pretrain': 41, 'finetune_pretrained': 1}),

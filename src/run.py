@@ -1,4 +1,6 @@
-"""Pretrain, finetune or evaluate one of the assignment's models: the handout's run.py.
+"""Handout file: the starter's run.py (flags, printed lines, files fixed: tests/test_cli.py).
+
+Pretrain, finetune or evaluate one of the assignment's models: the handout's run.py.
 
     python src/run.py pretrain vanilla wiki.txt --writing_params_path vanilla.pretrain.params
     python src/run.py finetune vanilla wiki.txt --reading_params_path vanilla.pretrain.params \
@@ -33,7 +35,7 @@ from common import UsageError  # noqa: E402
 FUNCTIONS = ('pretrain', 'finetune', 'evaluate')
 VARIANTS = tuple(models.VARIANTS)
 
-argp = common.OneLineParser(prog='python src/run.py', description=__doc__.split('\n')[0])
+argp = common.OneLineParser(prog='python src/run.py', description=__doc__.split('\n')[2])
 argp.add_argument('function', choices=FUNCTIONS, help="Choose pretrain, finetune, or evaluate")
 argp.add_argument('variant', choices=VARIANTS, help="Choose vanilla, synthesizer, perceiver or rope")
 argp.add_argument('pretrain_corpus_path', default=None)

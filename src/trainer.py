@@ -1,4 +1,5 @@
-"""
+"""Handout file: the starter's trainer.py (names, results fixed: tests/test_fast_paths.py).
+
 Simple training loop; Boilerplate that could apply to any arbitrary neural network,
 so nothing in this file really has anything to do with GPT specifically.
 

@@ -1,4 +1,6 @@
-"""minGPT's weight-decay rule, with which the CPU presets were tuned (engine, not the handout:
+"""Engine (free to change): minGPT's weight-decay rule.
+
+minGPT's weight-decay rule, with which the CPU presets were tuned (engine, not the handout:
 the handout's trainer decays by name, trainer.optimizer_groups)."""
 import torch
 

@@ -56,7 +56,7 @@ def run(cache, precision='auto', dropout=0.0, kernel='unset', machine=None):
     conf.embd_pdrop = conf.resid_pdrop = conf.attn_pdrop = dropout
     gpt = model.GPT(conf)
     if kernel != 'unset':
-        gpt.set_cpu_attention_path(kernel)
+        cpu_paths.set_attention_path(gpt, kernel)
     tconf = trainer.TrainerConfig(max_epochs=1, batch_size=8, learning_rate=3e-3,
                                   precision=precision, path_cache=str(cache))
     t = trainer.Trainer(gpt, data, None, tconf, clock=machine.clock, cpu_times=machine.cpu_times)

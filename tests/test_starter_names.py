@@ -94,6 +94,17 @@ def test_dataset_py_holds_no_name_of_the_cpu_recipe():
     assert all(hasattr(cpu_recipe, name) for name in RECIPE)
 
 
+HANDOUT_FILES = ['dataset.py', 'attention.py', 'model.py', 'models.py', 'trainer.py', 'run.py',
+                 'utils.py', 'london_baseline.py']
+
+
+def test_each_module_says_whether_it_is_a_handout_file_or_the_engine():
+    for name in sorted(f for f in os.listdir(SRC) if f.endswith('.py')):
+        first = (ast.get_docstring(parsed(name)) or '').split('\n')[0]
+        want = 'Handout file: ' if name in HANDOUT_FILES else 'Engine (free to change): '
+        assert first.startswith(want), f'{name}: {first!r}'
+
+
 def imports_of(name, modules):
     """The modules of src/ that `name` imports, anywhere in the file."""
     found = set()

@@ -103,7 +103,7 @@ def fast_steps(gpt, data, batch, steps, device, compile_model, path=None):
     precision = devices.pick_precision('auto', device, training=True)
     if path is not None:
         precision = path[0]
-        gpt.set_cpu_attention_path(path[1])
+        cpu_paths.set_attention_path(gpt, path[1])
     # on a GPU, run.py's 4 DataLoader workers build the batches (their start-up, once per run,
     # is not timed: the clock runs from the end of the first step to the end of the last)
     conf = dict(max_epochs=1, batch_size=batch, learning_rate=6e-4, lr_decay=True,

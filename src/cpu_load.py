@@ -51,6 +51,13 @@ class LoadMeter:
         return max(0.0, busy - own) / (wall * self.cores)
 
 
+def busy(others):
+    """Whether other processes using the share `others` of the CPUs (None: not known) make a busy
+    machine: the one rule for "busy" (a measured choice is then not remembered; on two cores it
+    is where FollowLoad gives up a thread)."""
+    return others is not None and others >= BUSY_SHARE
+
+
 def threads_for(others, cores, most):
     """torch's threads when other processes use the share `others` of `cores` CPUs: one per core
     they leave (half a core or more of theirs counts as a core), at least 1 and at most `most`;

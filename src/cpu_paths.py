@@ -24,7 +24,7 @@ import torch
 import measure
 from attention import CausalSelfAttention
 from common import atomic_write
-from cpu_load import BUSY_SHARE, LoadMeter
+from cpu_load import LoadMeter, busy
 from devices import bf16_supported, pick_precision
 
 PATH_CACHE_FORMAT = 'cs224n-minGPT measured CPU paths, 2'  # 2: each choice with its figures
@@ -189,7 +189,7 @@ class ChoosePaths:
         how = 'measured, median of 3 steps: ' + ', '.join(
             f'{path_name(c)} {seconds[c]:.3f} s' for c in candidates) + note
         others = meter.others()
-        if others is not None and others > BUSY_SHARE:
+        if busy(others):
             how += (f'; not remembered: other processes used {others:.0%} of the CPUs while it '
                     'was measured')
         elif config.path_cache is not None and trainer.rank == 0:

@@ -179,8 +179,10 @@ def model_for(args, data, vocab_size, block_size, device, clock=time.time):
     gpt = command.build_model(args, vocab_size, block_size, device)
     if args.function != 'pretrain':
         return gpt
-    steps, step, minutes = steps_here(gpt, data, args, device, clock)
+    steps, step, minutes, chosen = steps_here(gpt, data, args, device, clock)
     if steps is None or steps >= slow['below_steps']:
+        if chosen is not None:  # measured once: the run trains in the precision (and, set on
+            args.precision = chosen  # the model, the attention path) the probe chose
         return gpt
     if distributed.rank() == 0:
         print(f'the {args.preset} preset: its {inputs.layers_of(gpt.state_dict())}-layer model fits '
@@ -193,12 +195,13 @@ def model_for(args, data, vocab_size, block_size, device, clock=time.time):
 
 def steps_here(gpt, data, args, device, clock):
     """(Steps of gpt's pretraining that fit into its time budget here, seconds per step, the
-    budget in minutes), timed on a few steps (undone) in the precision and attention path the
-    run would choose (cpu_paths.ChoosePaths); the fewest of any rank. The steps are None without
-    a budget, or where it holds every step asked for (a short run: the budget changes nothing)."""
+    budget in minutes, the precision chosen), timed on a few steps (undone) in the precision and
+    attention path the run would choose (cpu_paths.ChoosePaths, which sets the path on gpt); the
+    fewest of any rank. The steps are None without a budget (nothing timed, nothing chosen), or
+    where it holds every step asked for (a short run: the budget changes nothing)."""
     tconf, minutes = command.trainer_config(args, 'pretrain', len(data), device)
     if tconf.time_budget is None:
-        return None, None, minutes
+        return None, None, minutes, None
     probe = trainer.Trainer(gpt, data, None, tconf)
     probe.precision = tconf.precision
     probe.wrapped_model()
@@ -207,4 +210,4 @@ def steps_here(gpt, data, args, device, clock):
     probe.wrapped = None  # (under torchrun: the DDP wrapper lets go of the model)
     steps = int(distributed.agree(steps, device, 'min'))
     asked = tconf.max_epochs * math.ceil(len(data) / tconf.batch_size)
-    return (steps if steps < asked else None), step, minutes
+    return (steps if steps < asked else None), step, minutes, probe.precision

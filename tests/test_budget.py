@@ -303,6 +303,25 @@ def test_a_machine_too_slow_for_the_presets_model_pretrains_its_smaller_one(
     assert all(torch.equal(v, want.state_dict()[k]) for k, v in gpt.state_dict().items())
 
 
+def test_a_budgeted_pretraining_chooses_its_cpu_path_once(name_data, monkeypatch, capsys):
+    """cpu-20min's probe of the steps that fit (precision auto) chooses the precision and the
+    attention path; the run then trains in them without timing them again: one `auto:` line."""
+    import cpu_paths
+    import devices
+    monkeypatch.setattr(devices, 'cpu_has_bf16', lambda: False)
+    monkeypatch.setattr(measure, 'timed_steps', lambda trainer, *a, **k: [0.4] * 3)
+    clock = FakeClock()
+    args = pretrain_args('--max_epochs', '1000', '--precision', 'auto')
+    args.started = clock.now
+    gpt = cpu_recipe.model_for(args, name_data, len(name_data.stoi), name_data.block_size, 'cpu',
+                               clock=clock)
+    assert args.precision == 'fp32'  # chosen, and what the run's TrainerConfig now asks for
+    assert {m.cpu_kernel for m in gpt.modules() if hasattr(m, 'cpu_kernel')} != {None}
+    tconf, _ = command.trainer_config(args, 'pretrain', len(name_data), 'cpu')
+    cpu_paths.ChoosePaths().on_train_start(trainer.Trainer(gpt, name_data, None, tconf, clock=clock))
+    assert capsys.readouterr().out.count('auto: ') == 1
+
+
 def test_only_a_budgeted_pretraining_of_a_preset_with_a_slow_model_measures(name_data, monkeypatch):
     """The handout's preset never changes its model, nor does cpu-20min where no time budget
     applies (finetuning from scratch): nothing is timed for them."""

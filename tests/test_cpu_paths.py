@@ -206,6 +206,15 @@ def test_the_load_meter_reads_other_processes_share():
     assert real is None or (real[0] >= 0 and real[1] >= 0)
 
 
+def test_one_rule_for_a_busy_machine():
+    """cpu_load.busy: a quarter of the CPUs or more held by other processes. A choice measured
+    then is not remembered (cpu_paths), and on two cores it is where FollowLoad gives up one of
+    its two threads."""
+    assert not cpu_load.busy(None) and not cpu_load.busy(0.24)
+    assert cpu_load.busy(0.25) and cpu_load.busy(0.9)
+    assert cpu_load.threads_for(0.24, 2, 2) == 2 and cpu_load.threads_for(0.25, 2, 2) == 1
+
+
 @pytest.mark.parametrize('others,cores,most,threads', [
     (0.0, 2, 2, 2), (0.1, 2, 2, 2),  # idle enough: every core
     (0.33, 2, 2, 1),  # one CPU-bound process beside our two spinning threads gets 2/3 of a core

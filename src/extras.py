@@ -16,7 +16,9 @@ def for_trainer(trainer):
     if config.follow_load and trainer.device.type == 'cpu' and not trainer.distributed \
             and config.cpu_workers == 0:  # (workers' CPU time would read as other processes')
         extras.append(FollowLoad(times=trainer.cpu_times))
-    if config.time_budget is not None:
+    # a preset's budget over one epoch changes nothing (too small, it still trains that epoch):
+    # nothing to measure; the user's own --time_budget is measured (too small, it is an error)
+    if config.time_budget is not None and not (config.max_epochs == 1 and config.budget_may_grow):
         extras.append(TimeBudget(trainer.clock))
     if config.resume_path is not None:
         extras.append(Resumable())

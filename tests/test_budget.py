@@ -303,6 +303,18 @@ def test_a_machine_too_slow_for_the_presets_model_pretrains_its_smaller_one(
     assert all(torch.equal(v, want.state_dict()[k]) for k, v in gpt.state_dict().items())
 
 
+@pytest.mark.parametrize('epochs,may_grow,measured', [(1, True, False), (1, False, True),
+                                                      (2, True, True)])
+def test_a_presets_budget_over_one_epoch_measures_nothing(name_data, epochs, may_grow, measured):
+    """cpu-20min's one-epoch finetuning: a preset's budget would train that epoch whatever the
+    steps take, so no steps are timed for it; a flag's budget is (too small, it is an error)."""
+    import budget
+    conf = trainer.TrainerConfig(max_epochs=epochs, batch_size=8, time_budget=60.0,
+                                 budget_may_grow=may_grow)
+    t = trainer.Trainer(tiny_gpt(vocab=len(name_data.stoi), n_layer=1), name_data, None, conf)
+    assert any(isinstance(c, budget.TimeBudget) for c in t.callbacks) is measured
+
+
 def test_a_budgeted_pretraining_chooses_its_cpu_path_once(name_data, monkeypatch, capsys):
     """cpu-20min's probe of the steps that fit (precision auto) chooses the precision and the
     attention path; the run then trains in them without timing them again: one `auto:` line."""

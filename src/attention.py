@@ -4,13 +4,10 @@ The three attention modules of the assignment, as the handout writes them: their
 buffers are exactly the handout's (so params files load both ways), and each computes masked
 softmax attention with the handout's written-out math (`softmax_attention`), or, on the fast
 path, with PyTorch's fused kernel as a labelled branch beside it (`if self.flash:`, as nanoGPT).
-
-RoPE (the 2024-25 edition's `rope` variant) is a rotation of the queries and keys, written once
-in `rotate` beside the attention it feeds; every path rotates them at their own positions.
-
-What lets the same modules skip work (packed training rows, decoding caches, cheaper dropout
-draws) is fastpath.py's, passed in by keyword (`packing=`, `cache=`, `positions=`); without it
-the modules compute what the handout's do.
+RoPE (the 2024-25 edition's `rope` variant) rotates the queries and keys, written once in
+`rotate`; every path rotates them at their own positions. What lets the same modules skip work
+(packed rows, decoding caches, cheaper dropout draws) is fastpath.py's, passed in by keyword
+(`packing=`, `cache=`, `positions=`); without it they compute what the handout's do.
 """
 import logging
 import math

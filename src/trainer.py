@@ -3,11 +3,10 @@
 Simple training loop; Boilerplate that could apply to any arbitrary neural network,
 so nothing in this file really has anything to do with GPT specifically.
 
-The handout's trainer.py, step for step (tests/test_fast_paths.py trains it against the plain
-loop written out); faster at the same results: padding columns trimmed, on a CPU only the
-positions the loss needs, losses read back in groups (progress.py). What fits a run to a machine
-or makes it safe attaches at named points, as minGPT's later trainer attaches callbacks
-(on_train_start, on_step_end, on_epoch_end, on_train_end; extras.py).
+Step for step the starter's loop (tested against it written out), faster at the same results:
+padding columns trimmed, a CPU computing only what the loss needs, losses read back in groups.
+What fits a run to a machine or makes it safe attaches at named points, as minGPT's later
+trainer attaches callbacks (on_train_start, on_step_end, on_epoch_end, on_train_end; extras.py).
 """
 import logging
 import math

@@ -50,7 +50,6 @@ def machine(monkeypatch):
     monkeypatch.setattr(devices, 'cpu_has_bf16', lambda: True)
     changes = []
     set_threads, threads = torch.set_num_threads, torch.get_num_threads()
-    set_threads(2)  # (the suite's workers start with one each) two to give up under the load
 
     def record(n):
         changes.append(n)
@@ -118,6 +117,7 @@ def test_a_preset_that_adapts_follows_the_injected_load(machine, tmp_path, monke
     """The control: the CPU recipe's pretraining (cpu-rehearsal, fp32 asked for so that nothing
     is measured) gives torch fewer threads while the others hold the CPUs, and its run says so."""
     meter = machine.load([1.0])
+    torch.set_num_threads(2)  # (the suite's workers start with one each) two to give up
     (tmp_path / 'rehearsal').mkdir()
     pretrain(tmp_path / 'rehearsal', monkeypatch, ['--preset', 'cpu-rehearsal', '--precision', 'fp32'])
     assert meter.reads > 0 and 1 in machine.changes

@@ -136,7 +136,15 @@ def test_a_dataset_that_raises_on_a_short_document_gets_a_warning_not_a_failure(
     assert [w.split(' (')[0] for w in warnings] == [
         'CharCorruptionDataset raised on a document of 0 characters',
         'CharCorruptionDataset raised on a document of 1 characters']
-    assert 'ValueError' in warnings[0] and 'wiki.txt' in warnings[0]
+    assert 'ValueError' in warnings[0] and 'wiki.txt (whose last document is empty)' in warnings[0]
+    # a document of 1 character is in neither edition's wiki.txt: no reason given of the empty one
+    assert 'whose last document is empty' not in warnings[1] and 'wiki.txt has none' in warnings[1]
+    # the rope handout's wiki.txt (2024-25) has no empty document either
+    _, rope = judged(tmp_path, student_datasets.source(masked='random.randint(1, t // 2)',
+                                                       length=128), handout='rope')
+    assert [w.split(' (')[0] for w in rope] == [w.split(' (')[0] for w in warnings]
+    assert not any('whose last document is empty' in w for w in rope)
+    assert rope[0].endswith('(the 2024-25 wiki.txt has none)')
     # the same error on a longer document fails every draw property
     results, _ = judged(tmp_path, student_datasets.source(masked='random.randint(1, t // 2 - 40)'))
     assert results['two_masks'][0] is False and 'ValueError' in results['two_masks'][1]

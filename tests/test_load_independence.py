@@ -71,17 +71,15 @@ def pretrain(folder, monkeypatch, extra=(), stop_at=None):
     (the stop request's flag, as the signal handler sets it)."""
     monkeypatch.chdir(folder)
     (folder / 'corpus.txt').write_text(SHORT, encoding='utf-8')
-    if stop_at is not None:
-        on_step_end = checkpoint.Resumable.on_step_end
+    with monkeypatch.context() as this_run:  # the stop request is this run's only
+        if stop_at is not None:
+            on_step_end = checkpoint.Resumable.on_step_end
 
-        def stop_then(self, t, epoch, it):
-            self.stop.requested = self.stop.requested or t.step == stop_at
-            return on_step_end(self, t, epoch, it)
-        monkeypatch.setattr(checkpoint.Resumable, 'on_step_end', stop_then)
-    try:
+            def stop_then(self, t, epoch, it):
+                self.stop.requested = self.stop.requested or t.step == stop_at
+                return on_step_end(self, t, epoch, it)
+            this_run.setattr(checkpoint.Resumable, 'on_step_end', stop_then)
         run.main(ARGV + list(extra))
-    finally:
-        monkeypatch.setattr(checkpoint.Resumable, 'on_step_end', checkpoint.Resumable.on_step_end)
     return torch.load(folder / 'pt.params', weights_only=True)
 
 

@@ -25,7 +25,7 @@
 #
 # It installs nothing and uses the Python it is given: $PYTHON, else python3, else .venv's, the
 # first whose torch sees a GPU (set one up with `TORCH_SPEC=torch bash scripts/setup.sh --test`).
-# The data must be in data/ (python src/datafiles.py puts it there; git does not hold it, so a
+# The data must be in data/ (python src/engine/datafiles.py puts it there; git does not hold it, so a
 # copied working tree must bring data/ along). Everything is written in --work (default
 # runs/gpu_check/). --out (default results/<gpu name>/) gets two files, summary.md (what was done,
 # what is under way, the next command) and results.tgz (the logs, reports and predictions, no
@@ -92,7 +92,7 @@ if ! "$PY" -c 'import tqdm, tensorboard, pytest' >/dev/null 2>&1; then
   exit 2
 fi
 if ! (cd data 2>/dev/null && sha256sum --quiet -c SHA256SUMS >/dev/null 2>&1); then
-  echo "error: data/ lacks the assignment's data files (or they do not match data/SHA256SUMS): run python src/datafiles.py, or bring data/ along with the working tree (it is not in git)" >&2
+  echo "error: data/ lacks the assignment's data files (or they do not match data/SHA256SUMS): run python src/engine/datafiles.py, or bring data/ along with the working tree (it is not in git)" >&2
   exit 2
 fi
 

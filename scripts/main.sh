@@ -6,7 +6,7 @@
 #                                   without one: the `cpu-20min` preset (mixed training of a
 #                                   smaller model in 20 minutes: as many epochs as fit here)
 #   bash scripts/main.sh --full     the handout's full schedule whatever the machine
-#   bash scripts/main.sh --preset NAME   any preset of src/presets.py
+#   bash scripts/main.sh --preset NAME   any preset of src/engine/presets.py
 # Outputs (handout file names) go to runs/main/; tensorboard logs to runs/main/expt/; the loss
 # curves as a picture to runs/main/loss_curves.png.
 set -euo pipefail
@@ -29,7 +29,7 @@ if [ -z "$preset" ]; then
     echo "No GPU found: running the 'cpu-20min' preset, NOT the handout's model or data: a 128-wide"
     echo "model (4 layers, or 2 on a machine too slow for enough steps of 4) pretrained for 17 minutes"
     echo "on short views of each wiki.txt line mixed with the training questions, then one epoch"
-    echo "more of the mix (src/presets.py, docs/cpu-recipe.md); --full runs the handout's schedule."
+    echo "more of the mix (src/engine/presets.py, docs/cpu-recipe.md); --full runs the handout's schedule."
   fi
 fi
 

@@ -34,10 +34,10 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN = os.path.join(REPO, 'src', 'run.py')
 sys.path.insert(0, os.path.join(REPO, 'src'))
-from common import MAX_BUDGET_MINUTES, OneLineParser, source_commit  # noqa: E402
-from datafiles import resolve  # noqa: E402
-from paths import out_folder_problem  # noqa: E402
-from presets import PRESETS  # noqa: E402
+from engine.common import MAX_BUDGET_MINUTES, OneLineParser, source_commit  # noqa: E402
+from engine.datafiles import resolve  # noqa: E402
+from engine.paths import out_folder_problem  # noqa: E402
+from engine.presets import PRESETS  # noqa: E402
 from utils import evaluate_places  # noqa: E402
 
 # name -> (variant, extra flags, pretrain?)

@@ -32,4 +32,4 @@ if ! command -v bwrap >/dev/null 2>&1; then
     echo "note: bubblewrap (bwrap) is not installed: grading submissions needs it (apt-get install bubblewrap)"
   fi
 fi
-python src/datafiles.py
+python src/engine/datafiles.py

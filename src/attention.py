@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-from fastpath import Dropout, causal_math, visible
+from engine.fastpath import Dropout, causal_math, visible
 
 logger = logging.getLogger(__name__)
 

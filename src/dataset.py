@@ -5,8 +5,8 @@ import random
 import torch
 from torch.utils.data import Dataset
 
-import presets
-from common import UsageError
+from engine import presets
+from engine.common import UsageError
 
 """
 The input-output pairs (x, y) of the NameDataset are of the following form:
@@ -165,7 +165,7 @@ class CharCorruptionDataset(Dataset):
 Code under here is strictly for your debugging purposes; feel free to modify as desired.
 """
 if __name__ == '__main__':
-    from datafiles import as_edition, resolve
+    from engine.datafiles import as_edition, resolve
 
     argp = argparse.ArgumentParser()
     argp.add_argument('dataset_type', help="Type of dataset to sample from."

@@ -8,11 +8,11 @@
 # nothing is written.
 import sys
 
-import common
-import inputs
-import paths
+from engine import common
+from engine import inputs
+from engine import paths
 import utils
-from datafiles import resolve
+from engine.datafiles import resolve
 
 OUTPUT = 'london_baseline_accuracy.txt'
 

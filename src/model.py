@@ -23,7 +23,7 @@ import torch.nn as nn
 from torch.nn import functional as F
 
 from attention import CausalCrossAttention, CausalSelfAttention, SynthesizerAttention
-from fastpath import Dropout, Packing, kept_lengths
+from engine.fastpath import Dropout, Packing, kept_lengths
 
 
 class GPTConfig:

@@ -11,26 +11,26 @@ Pretrain, finetune or evaluate one of the assignment's models: the handout's run
 A handout file: its flags and defaults, its printed lines and the files it writes are the
 starter's, every edition's (2021-22 synthesizer, 2022-23 perceiver, 2024-25 rope; guarded by
 tests/test_cli.py and tests/test_model_compat.py). The engine beside it does the rest at a few
-named points: command.py (flags the handout lacks, checks, the preset's settings, saving),
-inputs.py (reading the files), cpu_recipe.py (the CPU presets' data and model).
+named points: engine.command (flags the handout lacks, checks, the preset's settings, saving),
+engine.inputs (reading the files), engine.cpu_recipe (the CPU presets' data and model).
 """
 import sys
 import time
 
 START = time.time()  # a --time_budget counts from here
 
-import checkpoint  # noqa: E402
-import command  # noqa: E402
-import common  # noqa: E402
-import cpu_recipe  # noqa: E402
-import devices  # noqa: E402
-import distributed  # noqa: E402
-import inputs  # noqa: E402
+from engine import checkpoint  # noqa: E402
+from engine import command  # noqa: E402
+from engine import common  # noqa: E402
+from engine import cpu_recipe  # noqa: E402
+from engine import devices  # noqa: E402
+from engine import distributed  # noqa: E402
+from engine import inputs  # noqa: E402
 import models  # noqa: E402
-import presets  # noqa: E402
+from engine import presets  # noqa: E402
 import trainer  # noqa: E402
 import utils  # noqa: E402
-from common import UsageError  # noqa: E402
+from engine.common import UsageError  # noqa: E402
 
 FUNCTIONS = ('pretrain', 'finetune', 'evaluate')
 VARIANTS = tuple(models.VARIANTS)

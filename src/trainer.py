@@ -14,15 +14,15 @@ import time
 
 import torch
 
-import cpu_load
-import distributed
-import extras
-from batches import Batches, batch_indices, collate, to_device, trim_padding
-from budget import Schedule, cosine_progress
-from common import save_state_dict
-from devices import autocast as autocast_for
-from progress import LossNotFinite, Progress  # noqa: F401 (run.py: trainer.LossNotFinite)
-from weight_decay import matmul_groups
+from engine import cpu_load
+from engine import distributed
+from engine import extras
+from engine.batches import Batches, batch_indices, collate, to_device, trim_padding
+from engine.budget import Schedule, cosine_progress
+from engine.common import save_state_dict
+from engine.devices import autocast as autocast_for
+from engine.progress import LossNotFinite, Progress  # noqa: F401 (run.py: trainer.LossNotFinite)
+from engine.weight_decay import matmul_groups
 
 logger = logging.getLogger(__name__)
 

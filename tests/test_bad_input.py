@@ -16,7 +16,7 @@ import sys
 import pytest
 import torch
 
-import common
+from engine import common
 import dataset
 import model
 import run

@@ -8,9 +8,9 @@ import string
 import pytest
 import torch
 
-import cpu_recipe
+from engine import cpu_recipe
 import dataset
-import presets
+from engine import presets
 from conftest import REPO
 
 PAD = '\u25a1'
@@ -167,7 +167,7 @@ def test_the_cpu_20min_pipeline_trains_a_smaller_model_on_the_mix(tmp_path):
     assert 'mixed with the questions of birth_places_train.tsv' in out
     state = torch.load(tmp_path / 'pre.params', weights_only=True)
     assert state['tok_emb.weight'].shape[1] == 128
-    import inputs
+    from engine import inputs
     import json
     # this tiny corpus's steps fit far more than 2,200 into 17 minutes: the 4-layer model
     assert inputs.layers_of(state) == 4 and 'pretraining a 2-layer model' not in out

@@ -10,10 +10,10 @@ import re
 import pytest
 import torch
 
-import command
-import common
-import cpu_recipe
-import measure
+from engine import command
+from engine import common
+from engine import cpu_recipe
+from engine import measure
 import trainer
 from test_schedule import RecordingWriter, name_data, tiny_gpt  # noqa: F401 (name_data: a fixture)
 
@@ -130,7 +130,7 @@ def test_the_first_epoch_corrects_a_misleading_measurement(name_data, monkeypatc
 def test_the_checkpoint_after_a_re_plan_holds_the_new_plan(name_data, monkeypatch, tmp_path):
     """A resumed budgeted run continues the plan its checkpoint holds: the checkpoint written
     after the first epoch must already hold the re-planned epochs and schedule."""
-    import checkpoint
+    from engine import checkpoint
     clock = slow_steps(monkeypatch, 0.1)
     monkeypatch.setattr(measure, 'timed_steps', lambda trainer, *a, **k: [0.001] * 3)
     saved = []
@@ -180,7 +180,7 @@ def test_a_resumed_budgeted_run_lays_its_schedule_over_the_epochs_it_trains(
     made again after the first resumed epoch counts the tokens of the epochs it trained (not
     of the whole run), so the learning rate still ends at the floor at the last step."""
     import shutil
-    import checkpoint
+    from engine import checkpoint
     pace = [0.1]  # seconds per step: 0.05 once resumed
     clock = slow_steps(monkeypatch, lambda n: pace[0])
     monkeypatch.setattr(measure, 'timed_steps', lambda trainer, *a, **k: [0.001] * 3)
@@ -280,8 +280,8 @@ def test_a_machine_too_slow_for_the_presets_model_pretrains_its_smaller_one(
     step asked for (300 epochs: 900 steps), else the 2-layer one, with one line saying so. The
     timed steps are undone, and the 2-layer model starts from the weights it would have if
     built first: the choice changes the model, not the seed's draws."""
-    import inputs
-    import presets
+    from engine import inputs
+    from engine import presets
     monkeypatch.setattr(measure, 'timed_steps', lambda trainer, *a, **k: [step] * 3)
     clock = FakeClock()
     torch.manual_seed(0)
@@ -308,7 +308,7 @@ def test_a_machine_too_slow_for_the_presets_model_pretrains_its_smaller_one(
 def test_a_presets_budget_over_one_epoch_measures_nothing(name_data, epochs, may_grow, measured):
     """cpu-20min's one-epoch finetuning: a preset's budget would train that epoch whatever the
     steps take, so no steps are timed for it; a flag's budget is (too small, it is an error)."""
-    import budget
+    from engine import budget
     conf = trainer.TrainerConfig(max_epochs=epochs, batch_size=8, time_budget=60.0,
                                  budget_may_grow=may_grow)
     t = trainer.Trainer(tiny_gpt(vocab=len(name_data.stoi), n_layer=1), name_data, None, conf)
@@ -318,8 +318,8 @@ def test_a_presets_budget_over_one_epoch_measures_nothing(name_data, epochs, may
 def test_a_budgeted_pretraining_chooses_its_cpu_path_once(name_data, monkeypatch, capsys):
     """cpu-20min's probe of the steps that fit (precision auto) chooses the precision and the
     attention path; the run then trains in them without timing them again: one `auto:` line."""
-    import cpu_paths
-    import devices
+    from engine import cpu_paths
+    from engine import devices
     monkeypatch.setattr(devices, 'cpu_has_bf16', lambda: False)
     monkeypatch.setattr(measure, 'timed_steps', lambda trainer, *a, **k: [0.4] * 3)
     clock = FakeClock()
@@ -337,7 +337,7 @@ def test_a_budgeted_pretraining_chooses_its_cpu_path_once(name_data, monkeypatch
 def test_only_a_budgeted_pretraining_of_a_preset_with_a_slow_model_measures(name_data, monkeypatch):
     """The handout's preset never changes its model, nor does cpu-20min where no time budget
     applies (finetuning from scratch): nothing is timed for them."""
-    import inputs
+    from engine import inputs
     import run
 
     def timed(self, *a, **k):
@@ -357,7 +357,7 @@ def test_params_and_checkpoints_of_the_slow_model_are_read_into_it(name_data, mo
     """Finetuning or evaluating cpu-20min's params, or resuming its pretraining, builds the
     depth the file holds when it is the preset's or its slow model's, without timing anything;
     any other depth gets the preset's model, which the load then refuses in one line."""
-    import inputs
+    from engine import inputs
     import run
 
     def timed(self, *a, **k):
@@ -386,7 +386,7 @@ def test_params_and_checkpoints_of_the_slow_model_are_read_into_it(name_data, mo
 def test_the_layers_a_state_dict_holds():
     """inputs.layers_of: the n_layer a GPT was built with, from its keys alone (a perceiver's
     down and up blocks are two of its layers)."""
-    import inputs
+    from engine import inputs
     for kw in ({}, dict(perceiver=True, bottleneck_dim=8)):
         for layers in (2, 3, 4):
             assert inputs.layers_of(tiny_gpt(n_layer=layers, **kw).state_dict()) == layers

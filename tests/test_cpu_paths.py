@@ -13,11 +13,11 @@ import types
 import pytest
 import torch
 
-import cpu_load
-import cpu_paths
+from engine import cpu_load
+from engine import cpu_paths
 import dataset
-import devices
-import measure
+from engine import devices
+from engine import measure
 import model
 import trainer
 import utils

@@ -10,10 +10,10 @@ from collections import Counter
 import pytest
 import torch
 
-import common
-import cpu_recipe
+from engine import common
+from engine import cpu_recipe
 import dataset
-import presets
+from engine import presets
 from conftest import REPO
 
 MASK = '\u2047'  # ⁇
@@ -371,7 +371,7 @@ def test_lead_in_examples_batch_with_the_questions_in_the_2024_edition():
 
 
 def test_the_checkout_sets_its_edition_once(tmp_path, monkeypatch, capsys):
-    """src/edition.txt (written by `python src/presets.py --edition NAME`) sets the edition of
+    """src/edition.txt (written by `python src/engine/presets.py --edition NAME`) sets the edition of
     every command of the checkout and of a bare CharCorruptionDataset; the variant's own
     edition, $CS224N_EDITION and --edition come before it, in that order from the last."""
     setting = tmp_path / 'edition.txt'

@@ -41,7 +41,7 @@ def kernel_name(tmp_path, monkeypatch):
 
 
 @pytest.mark.skipif(not os.path.isfile(INPUT) and not os.environ.get('MINGPT_DEMO_DATA'),
-                    reason='data/input.txt missing: run `python src/datafiles.py`')
+                    reason='data/input.txt missing: run `python src/engine/datafiles.py`')
 def test_play_char_small_run_trains_and_samples(kernel_name):
     nb = nbformat.read(NOTEBOOK, as_version=4)
     # timeout: a guard against a hung kernel, not a speed limit (a busy machine is slow)

@@ -2,7 +2,7 @@
 the scripts, whatever the device is called: under torchrun a GPU rank's device is 'cuda:N'."""
 import torch
 
-import devices
+from engine import devices
 
 
 def test_a_numbered_gpu_is_asked_about_its_own_bf16(monkeypatch):

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-import datafiles
-import inputs
-from common import UsageError
+from engine import datafiles
+from engine import inputs
+from engine.common import UsageError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WIKI = os.path.join(REPO, 'data', 'wiki.txt')

@@ -21,16 +21,16 @@ import pytest
 import torch
 
 import attention
-import cpu_paths
-import fastpath
+from engine import cpu_paths
+from engine import fastpath
 from conftest import LossLog
-import batches
+from engine import batches
 import dataset
 import handout_reference
 import model
 import trainer
 import utils
-from decode import greedy_complete
+from engine.decode import greedy_complete
 
 CORPUS = '\n'.join([
     'Ada Lovelace was born in London and wrote about engines.',

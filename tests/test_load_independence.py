@@ -11,11 +11,11 @@ import json
 import pytest
 import torch
 
-import checkpoint
-import command
-import cpu_load
-import extras
-import devices
+from engine import checkpoint
+from engine import command
+from engine import cpu_load
+from engine import extras
+from engine import devices
 import run
 from tiny_run import CORPUS
 

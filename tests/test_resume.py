@@ -433,7 +433,7 @@ def test_under_torchrun_ranks_agree_on_a_stop_only_where_losses_are_read_back(mo
     """Agreeing on a stop request is an all_reduce read back by the host: on a GPU at every step
     it would stall the pipeline, so the ranks agree every log_every steps (where the losses are
     read back anyway); a request between waits for the next such step, on every rank alike."""
-    import checkpoint
+    from engine import checkpoint
     agreed, saved = [], []
 
     class Trainer:  # what Resumable reads of the trainer

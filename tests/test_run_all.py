@@ -13,7 +13,7 @@ import pytest
 from conftest import REPO
 
 sys.path.insert(0, os.path.join(REPO, 'scripts'))
-import common  # noqa: E402
+from engine import common  # noqa: E402
 import run_all  # noqa: E402
 
 

@@ -6,10 +6,10 @@ import math
 import pytest
 import torch
 
-import batches
+from engine import batches
 import dataset
 import model
-import presets
+from engine import presets
 import trainer
 from test_batches import batch
 
@@ -259,7 +259,7 @@ def test_trainer_without_decay_keeps_lr(name_data):
 # ---- presets: the handout's values in one place ---------------------------------------------------
 
 def test_the_handout_preset_is_the_handouts_run_py():
-    import presets
+    from engine import presets
     handout = presets.PRESETS['handout']
     assert presets.model_values('handout') == dict(n_layer=4, n_head=8, n_embd=256)
     conf = model.GPTConfig(256, presets.BLOCK_SIZE, **presets.model_values('handout'))
@@ -286,7 +286,7 @@ def test_the_cpu_presets():
     17 + 1 minutes (2 layers instead of 4 on a machine too slow for enough steps of 4),
     finetuning continuing the mix for one epoch; finetuning from scratch stays the handout's. cpu-45min: the same in 41 + 1 minutes. cpu-rehearsal: the handout's model
     without dropout, the rehearsal recipe in 38 + 5 minutes."""
-    import presets
+    from engine import presets
     short, long = presets.PRESETS['cpu-20min'], presets.PRESETS['cpu-45min']
     rehearsal = presets.PRESETS['cpu-rehearsal']
     assert rehearsal['time_budget'] == {'pretrain': 38, 'finetune_pretrained': 5}
@@ -317,7 +317,7 @@ def test_the_cpu_presets():
 def test_the_2024_edition_pretrains_to_650_epochs_of_tokens():
     """The RoPE edition's run.py: final_tokens = 650 x len(pretrain_dataset) x block_size for
     pretraining (200 x before), finetuning unchanged; other presets keep their own schedules."""
-    import presets
+    from engine import presets
     for stage in presets.HANDOUT:
         old = presets.stage_values('handout', stage)
         new = presets.stage_values('handout', stage, '2024-25')

@@ -90,7 +90,7 @@ def test_run_py_binds_the_starter_scripts_names(edition):
 
 def test_dataset_py_holds_no_name_of_the_cpu_recipe():
     assert not set(RECIPE) & bound(parsed('dataset.py').body)
-    import cpu_recipe
+    from engine import cpu_recipe
     assert all(hasattr(cpu_recipe, name) for name in RECIPE)
 
 
@@ -98,27 +98,50 @@ HANDOUT_FILES = ['dataset.py', 'attention.py', 'model.py', 'models.py', 'trainer
                  'utils.py', 'london_baseline.py']
 
 
+def modules_of_src():
+    """{module name: path} of every module of src/: the handout's files and engine.*."""
+    found = {f[:-3]: os.path.join(SRC, f) for f in os.listdir(SRC) if f.endswith('.py')}
+    engine = os.path.join(SRC, 'engine')
+    found.update({'engine.' + f[:-3]: os.path.join(engine, f)
+                  for f in os.listdir(engine) if f.endswith('.py') and f != '__init__.py'})
+    return found
+
+
+def test_src_shows_the_handout_files_and_one_package_beside_them():
+    assert sorted(f for f in os.listdir(SRC) if f.endswith('.py')) == sorted(HANDOUT_FILES)
+    folders = [f for f in os.listdir(SRC) if os.path.isdir(os.path.join(SRC, f))]
+    assert sorted(set(folders) - {'__pycache__'}) == ['engine']
+
+
 def test_each_module_says_whether_it_is_a_handout_file_or_the_engine():
-    for name in sorted(f for f in os.listdir(SRC) if f.endswith('.py')):
-        first = (ast.get_docstring(parsed(name)) or '').split('\n')[0]
-        want = 'Handout file: ' if name in HANDOUT_FILES else 'Engine (free to change): '
-        assert first.startswith(want), f'{name}: {first!r}'
+    paths = modules_of_src()
+    paths['engine'] = os.path.join(SRC, 'engine', '__init__.py')
+    for name, path in sorted(paths.items()):
+        with open(path, encoding='utf-8') as f:
+            first = (ast.get_docstring(ast.parse(f.read())) or '').split('\n')[0]
+        want = 'Handout file: ' if name + '.py' in HANDOUT_FILES else 'Engine (free to change): '
+        assert first.startswith(want), f'{path}: {first!r}'
 
 
-def imports_of(name, modules):
-    """The modules of src/ that `name` imports, anywhere in the file."""
+def imports_of(path, modules):
+    """The modules of src/ that the file `path` imports, anywhere in it."""
     found = set()
-    for node in ast.walk(parsed(name)):
+    with open(path, encoding='utf-8') as f:
+        tree = ast.parse(f.read())
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found.update(a.name.split('.')[0] for a in node.names)
+            found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            found.add(node.module.split('.')[0])
-    return found & modules
+            found.add(node.module)
+            found.update(f'{node.module}.{a.name}' for a in node.names)
+    return found & set(modules)
 
 
 def test_no_two_modules_import_each_other_directly_or_in_a_loop():
-    modules = {f[:-3] for f in os.listdir(SRC) if f.endswith('.py')}
-    graph = {m: imports_of(m + '.py', modules) - {m} for m in modules}
+    modules = modules_of_src()
+    assert {'dataset', 'engine.presets', 'engine.command'} <= set(modules)
+    graph = {m: imports_of(path, modules) - {m} for m, path in modules.items()}
+    assert 'engine.presets' in graph['dataset'] and 'engine.common' in graph['engine.presets']
     done, path = set(), []
 
     def visit(m):
@@ -138,7 +161,7 @@ def test_no_two_modules_import_each_other_directly_or_in_a_loop():
 def test_get_name_prediction_answers_as_evaluate_does():
     """utils.get_name_prediction (2022-23, 2024-25) runs, and gives evaluate's answer."""
     import torch
-    import command
+    from engine import command
     import dataset
     import model
     import utils

@@ -41,17 +41,17 @@ from torch.utils.flop_counter import FlopCounterMode
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, 'src'))
-import cpu_paths  # noqa: E402
+from engine import cpu_paths  # noqa: E402
 import dataset  # noqa: E402
-import devices  # noqa: E402
-from fastpath import kept_lengths  # noqa: E402
+from engine import devices  # noqa: E402
+from engine.fastpath import kept_lengths  # noqa: E402
 import model  # noqa: E402
-import presets  # noqa: E402
+from engine import presets  # noqa: E402
 import trainer  # noqa: E402
 import utils  # noqa: E402
-from datafiles import resolve  # noqa: E402
-from decode import greedy_complete  # noqa: E402
-from devices import bf16_supported  # noqa: E402
+from engine.datafiles import resolve  # noqa: E402
+from engine.decode import greedy_complete  # noqa: E402
+from engine.devices import bf16_supported  # noqa: E402
 
 
 def build(variant, vocab, fast, preset='handout'):

@@ -19,13 +19,13 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(REPO, 'src'))
 import torch  # noqa: E402
 
-import batches  # noqa: E402
-import cpu_recipe  # noqa: E402
-import inputs  # noqa: E402
+from engine import batches  # noqa: E402
+from engine import cpu_recipe  # noqa: E402
+from engine import inputs  # noqa: E402
 import model  # noqa: E402
-import presets  # noqa: E402
+from engine import presets  # noqa: E402
 import trainer  # noqa: E402
-from datafiles import resolve  # noqa: E402
+from engine.datafiles import resolve  # noqa: E402
 
 PRESET = 'cpu-20min'
 

@@ -22,8 +22,8 @@ import torch
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, 'src'))
 import model  # noqa: E402
-from common import OneLineParser  # noqa: E402
-from datafiles import resolve  # noqa: E402
+from engine.common import OneLineParser  # noqa: E402
+from engine.datafiles import resolve  # noqa: E402
 
 # every variant, the perceiver with the handout commands' bottleneck
 VARIANTS = {v: ['--bottleneck_dim', '64'] if 'bottleneck_dim' in settings else []

@@ -22,14 +22,14 @@ from types import SimpleNamespace
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, 'src'))
-import command  # noqa: E402
-import cpu_recipe  # noqa: E402
-import inputs  # noqa: E402
+from engine import command  # noqa: E402
+from engine import cpu_recipe  # noqa: E402
+from engine import inputs  # noqa: E402
 import model  # noqa: E402
-import presets  # noqa: E402
-from common import UsageError  # noqa: E402
-from datafiles import resolve  # noqa: E402
-from decode import greedy_complete  # noqa: E402
+from engine import presets  # noqa: E402
+from engine.common import UsageError  # noqa: E402
+from engine.datafiles import resolve  # noqa: E402
+from engine.decode import greedy_complete  # noqa: E402
 
 QUESTION = re.compile(r'^Where was (.+) born\?$')
 LONGEST = int(presets.BLOCK_SIZE * 7 / 8)  # CharCorruptionDataset's longest truncation

@@ -20,15 +20,15 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(REPO, 'src'))
 import torch  # noqa: E402
 
-import command  # noqa: E402
-import inputs  # noqa: E402
+from engine import command  # noqa: E402
+from engine import inputs  # noqa: E402
 import model  # noqa: E402
-import presets  # noqa: E402
+from engine import presets  # noqa: E402
 import trainer  # noqa: E402
-from cpu_recipe import BORN, born_cut, born_view, undated  # noqa: E402
+from engine.cpu_recipe import BORN, born_cut, born_view, undated  # noqa: E402
 from dataset import MASK_CHAR, PAD_CHAR  # noqa: E402
-from datafiles import resolve  # noqa: E402
-from decode import greedy_complete  # noqa: E402
+from engine.datafiles import resolve  # noqa: E402
+from engine.decode import greedy_complete  # noqa: E402
 from recall_probe import probes  # noqa: E402
 
 VAL_PEOPLE = 200

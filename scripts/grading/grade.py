@@ -42,19 +42,19 @@ sys.path.insert(0, os.path.join(REPO, 'src'))
 import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-import command  # noqa: E402
-import common  # noqa: E402
-import datafiles  # noqa: E402
-import devices  # noqa: E402
+from engine import command  # noqa: E402
+from engine import common  # noqa: E402
+from engine import datafiles  # noqa: E402
+from engine import devices  # noqa: E402
 import gradescope  # noqa: E402
-import inputs  # noqa: E402
-import paths  # noqa: E402
+from engine import inputs  # noqa: E402
+from engine import paths  # noqa: E402
 import run  # noqa: E402
 import spec_check  # noqa: E402
 import submission  # noqa: E402
 import unpack  # noqa: E402
 import utils  # noqa: E402
-from common import UsageError  # noqa: E402
+from engine.common import UsageError  # noqa: E402
 
 LONDON = 'london_baseline_accuracy.txt'
 HANDOUT_BOTTLENECK = 64  # the perceiver handout's commands pass --bottleneck_dim 64
@@ -386,7 +386,7 @@ def empty_result(path):
 def _data_file(folder, name):
     path = os.path.join(folder, name)
     if not os.path.isfile(path):
-        raise UsageError(f'--data_dir {folder}: no {name} (`python src/datafiles.py` copies the '
+        raise UsageError(f'--data_dir {folder}: no {name} (`python src/engine/datafiles.py` copies the '
                          'data into data/)')
     return path
 

@@ -27,9 +27,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, 'src'))
 sys.path.insert(0, HERE)
-import common  # noqa: E402
-import datafiles  # noqa: E402
-import paths  # noqa: E402
+from engine import common  # noqa: E402
+from engine import datafiles  # noqa: E402
+from engine import paths  # noqa: E402
 import submission  # noqa: E402
 RUBRIC = os.path.join(HERE, 'rubric.json')
 AUTOGRADER = os.path.join(HERE, 'autograder')  # setup.sh and run_autograder
@@ -162,7 +162,8 @@ def build(out, test_answers=None, rubric=RUBRIC, allow_unsandboxed=False, data_d
     for name in ('wiki.txt', 'birth_dev.tsv', 'birth_test_inputs.tsv'):
         path = os.path.join(data_dir, name)
         if not os.path.isfile(path):
-            raise RubricError(f'--data_dir {data_dir}: no {name} (`python src/datafiles.py` copies it)')
+            raise RubricError(f'--data_dir {data_dir}: no {name} '
+                              '(`python src/engine/datafiles.py` copies it)')
         members.append((path, f'data/{name}'))
     if test_answers is not None:
         if not os.path.isfile(test_answers):

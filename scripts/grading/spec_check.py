@@ -32,7 +32,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PROBE = os.path.join(HERE, 'dataset_probe.py')
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, 'src'))
-import presets  # noqa: E402
+from engine import presets  # noqa: E402
 
 MASK_CHAR = '\u2047'
 PAD_CHAR = '\u25A1'

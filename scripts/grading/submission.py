@@ -27,7 +27,7 @@ import zipfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, 'src'))
-from paths import output_problem  # noqa: E402 (standard library only, as this module)
+from engine.paths import output_problem  # noqa: E402 (standard library only, as this module)
 DATA_FILES = ['wiki.txt', 'birth_places_train.tsv', 'birth_dev.tsv', 'birth_test_inputs.tsv']
 # what the 2021-23 handouts' collect_submission.sh zips of the data, in its order; birth_test_inputs.tsv
 # is read here only to count the test predictions' lines
@@ -184,7 +184,7 @@ def check(folder, handout, repo=REPO):
         path = find(name, data_dirs)
         if path is None:
             problems.append(f'{name}: data file not found in {", ".join(dict.fromkeys(data_dirs))} '
-                            f'(run `python src/datafiles.py`)')
+                            f'(run `python src/engine/datafiles.py`)')
         elif os.path.getsize(path) == 0:
             problems.append(f'{path}: data file is empty')
         else:

@@ -3,10 +3,10 @@
 The trainer's extras (engine, not the handout): what a run attaches to the handout's loop at
 its named points, in the order they act there. The precision is chosen before the budget times
 steps, and an epoch's re-plan comes before the checkpoint that saves it."""
-from budget import TimeBudget
-from checkpoint import Resumable
-from cpu_load import FollowLoad
-from cpu_paths import ChoosePaths
+from engine.budget import TimeBudget
+from engine.checkpoint import Resumable
+from engine.cpu_load import FollowLoad
+from engine.cpu_paths import ChoosePaths
 
 
 def for_trainer(trainer):

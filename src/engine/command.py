@@ -14,21 +14,21 @@ import time
 
 import torch
 
-import checkpoint
-import common
-import cpu_load
-import cpu_paths
+from engine import checkpoint
+from engine import common
+from engine import cpu_load
+from engine import cpu_paths
 import dataset
-import devices
-import distributed
-import inputs
+from engine import devices
+from engine import distributed
+from engine import inputs
 import model
-import presets
+from engine import presets
 import trainer
 import utils
-from common import UsageError
-from datafiles import resolve
-from decode import greedy_complete
+from engine.common import UsageError
+from engine.datafiles import resolve
+from engine.decode import greedy_complete
 
 
 def add_engine_flags(argp):
@@ -40,7 +40,7 @@ def add_engine_flags(argp):
                        help='the handout edition whose starter code to follow: 2021-23 '
                             '(synthesizer, perceiver) or 2024-25 (rope); default: the '
                             'variant\'s, else $%s, else this checkout\'s (src/edition.txt, set '
-                            'by python src/presets.py --edition), else %s' % (
+                            'by python src/engine/presets.py --edition), else %s' % (
                                 presets.EDITION_ENV, presets.DEFAULT_EDITION))
     extra.add_argument('--max_epochs', type=int, default=None)
     extra.add_argument('--time_budget', type=float, default=None, metavar='MINUTES',

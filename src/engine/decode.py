@@ -22,7 +22,7 @@ from collections import defaultdict
 import torch
 from torch.nn import functional as F
 
-from fastpath import KVCache, Packing
+from engine.fastpath import KVCache, Packing
 
 
 def _pick(logits):

@@ -12,9 +12,9 @@ import threading
 
 import torch
 
-import distributed
-from common import UsageError, atomic_write, state_difference
-from devices import random_states, set_random_states
+from engine import distributed
+from engine.common import UsageError, atomic_write, state_difference
+from engine.devices import random_states, set_random_states
 
 
 class TrainingInterrupted(Exception):

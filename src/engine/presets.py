@@ -9,8 +9,12 @@ A preset only fills in what a command line leaves unset: `--max_epochs`, `--batc
 `--pretrain_lr`, `--finetune_lr` given explicitly always win.
 """
 import os
+import sys
 
-from common import UsageError
+if __name__ == '__main__':  # python src/engine/presets.py: import engine from src/
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from engine.common import UsageError
 
 # The model: "known to work, don't change" (run.py's GPTConfig call and block_size)
 MODEL = dict(n_layer=4, n_head=8, n_embd=256)
@@ -50,10 +54,11 @@ HANDOUT = {
 # bottleneck_dim. Which one a command follows: see edition() below.
 EDITION_ENV = 'CS224N_EDITION'
 DEFAULT_EDITION = '2021-23'
-# The edition this checkout follows, set once (`python src/presets.py --edition 2024-25`). It lives
+# The edition this checkout follows, set once (`python src/engine/presets.py --edition 2024-25`). It lives
 # in src/ so that it travels with the code: collect_submission.sh stamps the zip's copy with the
 # zip's edition, and an autograder's bare `import dataset` in an unzipped submission follows it.
-EDITION_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'edition.txt')
+EDITION_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                            'edition.txt')
 EDITIONS = {
     '2021-23': dict(variants=('vanilla', 'synthesizer', 'perceiver'), extra_pad=0,
                     handout={}),
@@ -92,7 +97,7 @@ def edition_source(name=None, variant=None):
                 return DEFAULT_EDITION, 'the default'
     if name not in EDITIONS:
         raise UsageError(f'{where} {name!r}: no such edition (choose from {", ".join(EDITIONS)}'
-                         + ('; `python src/presets.py --edition NAME` rewrites it)'
+                         + ('; `python src/engine/presets.py --edition NAME` rewrites it)'
                             if where == EDITION_FILE else ')'))
     return name, where
 
@@ -104,7 +109,7 @@ def edition(name=None, variant=None):
 
 def set_checkout_edition(name):
     """Write src/edition.txt: every later command of this checkout follows `name`."""
-    from common import atomic_write
+    from engine.common import atomic_write
     if name not in EDITIONS:
         raise UsageError(f'--edition {name!r}: no such edition (choose from {", ".join(EDITIONS)})')
 
@@ -249,9 +254,9 @@ def model_values(preset):
 
 
 def main(argv=None):
-    """python src/presets.py [--edition NAME]: say (or set, once for this checkout) the edition."""
-    from common import OneLineParser
-    ap = OneLineParser(prog='python src/presets.py',
+    """python src/engine/presets.py [--edition NAME]: say (or set, once for this checkout) the edition."""
+    from engine.common import OneLineParser
+    ap = OneLineParser(prog='python src/engine/presets.py',
                        description='Show, or set once for this checkout, the assignment edition '
                                    'its commands follow (src/edition.txt).')
     ap.add_argument('--edition', choices=sorted(EDITIONS), default=None,

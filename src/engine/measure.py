@@ -4,8 +4,8 @@ Timing a trainer's steps on this machine (engine, not the handout): what precisi
 (cpu_paths) and the time budget (budget) measure, with steps that change nothing."""
 import torch
 
-from batches import batch_indices, collate
-from devices import autocast, random_states, set_random_states
+from engine.batches import batch_indices, collate
+from engine.devices import autocast, random_states, set_random_states
 
 
 def timed_steps(trainer, precision, warm, timed, ahead=False, stop=None):

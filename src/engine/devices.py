@@ -7,7 +7,7 @@ import random
 
 import torch
 
-from common import UsageError
+from engine.common import UsageError
 
 
 def pick_device(name):

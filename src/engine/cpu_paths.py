@@ -21,11 +21,11 @@ import sys
 
 import torch
 
-import measure
+from engine import measure
 from attention import CausalSelfAttention
-from common import atomic_write
-from cpu_load import LoadMeter, busy
-from devices import bf16_supported, pick_precision
+from engine.common import atomic_write
+from engine.cpu_load import LoadMeter, busy
+from engine.devices import bf16_supported, pick_precision
 
 PATH_CACHE_FORMAT = 'cs224n-minGPT measured CPU paths, 2'  # 2: each choice with its figures
 OLD_FORMATS = ('cs224n-minGPT measured CPU paths, 1',)  # choices without figures: measured anew

@@ -21,9 +21,9 @@ that fits every epoch is the unbudgeted run.
 import statistics
 import time
 
-import distributed
-import measure
-from common import UsageError
+from engine import distributed
+from engine import measure
+from engine.common import UsageError
 
 MARGIN = 0.05  # of the budget, kept for epoch ends, saves, the evaluation after and noise
 GROW = 0.05  # a plan grows by this share of its epochs or more (and at least 2): no trend else

@@ -12,11 +12,11 @@ import zipfile
 
 import torch
 
-import datafiles
+from engine import datafiles
 import dataset
-import paths
-import presets
-from common import UsageError, state_difference
+from engine import paths
+from engine import presets
+from engine.common import UsageError, state_difference
 
 
 def check_outputs(writes, reads):

@@ -2,7 +2,7 @@
 
 The assignment's data files: copying them into data/ (with checksums) and finding them.
 
-    python src/datafiles.py            # copy from $A5_DATA_DIR (default ../shared/data) into data/
+    python src/engine/datafiles.py            # copy from $A5_DATA_DIR (default ../shared/data) into data/
 
 The handout's commands name the files bare (`wiki.txt`, `birth_dev.tsv`) because its students
 keep them in the working directory; `resolve` accepts that and falls back to data/.
@@ -12,9 +12,12 @@ import os
 import shutil
 import sys
 
-from common import UsageError, atomic_write
+if __name__ == '__main__':  # python src/engine/datafiles.py: import engine from src/
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from engine.common import UsageError, atomic_write
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA = os.path.join(REPO, 'data')
 DATA_DIR_ENV = 'A5_DATA_DIR'
 DEFAULT_SOURCE = os.path.join(os.path.dirname(REPO), 'shared', 'data')
@@ -86,7 +89,7 @@ def resolve(path, flag):
         return candidate
     where = path if os.path.dirname(path) else f'{path} and {os.path.relpath(candidate)}'
     raise UsageError(f'{flag}: file not found (looked in {where}; '
-                     f'`python src/datafiles.py` copies the data into data/)')
+                     f'`python src/engine/datafiles.py` copies the data into data/)')
 
 
 def main():

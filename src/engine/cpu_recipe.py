@@ -19,14 +19,14 @@ import time
 import torch
 from torch.utils.data import ConcatDataset, Dataset
 
-import command
-import devices
-import distributed
-import inputs
-import presets
+from engine import command
+from engine import devices
+from engine import distributed
+from engine import inputs
+from engine import presets
 import trainer
-from budget import steps_that_fit
-from cpu_paths import ChoosePaths
+from engine.budget import steps_that_fit
+from engine.cpu_paths import ChoosePaths
 from dataset import PAD_CHAR
 
 
@@ -54,7 +54,7 @@ def mixed(pretrain_dataset, questions, mix, args):
     if distributed.rank() == 0:
         print(f'the {args.preset} preset trains on short views of {args.pretrain_corpus_path} '
               f'mixed with the questions of {args.finetune_path} ({mix["question_share"]:.0%} of '
-              f'each batch): not the handout\'s data (src/presets.py)', flush=True)
+              f'each batch): not the handout\'s data (src/engine/presets.py)', flush=True)
     return BornViewMix(pretrain_dataset, questions, mix['question_share'], mix['lead'])
 
 
@@ -188,7 +188,7 @@ def model_for(args, data, vocab_size, block_size, device, clock=time.time):
         print(f'the {args.preset} preset: its {inputs.layers_of(gpt.state_dict())}-layer model fits '
               f'{steps:,} steps ({step:.3f} s each) into the {minutes:g} min of pretraining here, '
               f'fewer than {slow["below_steps"]:,}: pretraining a {slow["model"]["n_layer"]}-layer '
-              'model instead (src/presets.py)', flush=True)
+              'model instead (src/engine/presets.py)', flush=True)
     devices.set_random_states(randoms, device)
     return command.build_model(args, vocab_size, block_size, device, **slow['model'])
 

@@ -80,7 +80,7 @@ def source_commit(repo=None):
     """The commit of the checkout `repo` (default: this code's), with '+uncommitted changes' when
     tracked files differ, else $A5_COMMIT (a copy of the tree without .git, as on a lent GPU
     machine), else 'unknown'."""
-    repo = repo or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    repo = repo or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     try:
         rev = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=repo, text=True,
                              capture_output=True)

@@ -26,6 +26,7 @@ from engine import cpu_recipe  # noqa: E402
 from engine import devices  # noqa: E402
 from engine import distributed  # noqa: E402
 from engine import inputs  # noqa: E402
+from engine import plan as planning  # noqa: E402
 import models  # noqa: E402
 from engine import presets  # noqa: E402
 import trainer  # noqa: E402
@@ -82,9 +83,10 @@ def run(args):
                                                      args.strict)
 
     # define the model: the variant's GPTConfig (models.VARIANTS) with the preset's sizes
+    smaller = None  # a CPU recipe's model for a slow machine, which the run's plan may choose
     if presets.recipe(args.preset):  # not the handout's: a CPU recipe's data and model
-        data, schedule_length, model = cpu_recipe.prepare(args, stage, pretrain_dataset, data,
-                                                          schedule_length, device)
+        data, schedule_length, model, smaller = cpu_recipe.prepare(args, stage, pretrain_dataset,
+                                                                   data, schedule_length, device)
     else:
         mconf = command.model_config(args, pretrain_dataset.vocab_size, block_size)
         model = models.GPT(mconf).to(device)
@@ -97,7 +99,10 @@ def run(args):
     try:
         if args.function in ('pretrain', 'finetune'):
             tconf, budget = command.trainer_config(args, stage, schedule_length, device, writer)
-            run = trainer.Trainer(model, data, None, tconf)
+            # the machine measured once, the handout's step timed: precision, threads, epochs
+            plan, model = planning.make(model, data, tconf, trainer.train_step,
+                                        trainer.make_optimizer, smaller=smaller)
+            run = trainer.Trainer(model, data, None, tconf, plan)
             run.train()
             command.save_params(model, args, device, run, tconf, budget, stage)
         elif distributed.rank() == 0:

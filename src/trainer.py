@@ -14,9 +14,7 @@ import time
 
 import torch
 
-from engine import cpu_load
-from engine import distributed
-from engine import extras
+from engine import cpu_load, distributed, extras, plan as planning
 from engine.batches import Batches, batch_indices, collate, to_device, trim_padding
 from engine.budget import Schedule, cosine_progress
 from engine.common import save_state_dict
@@ -52,17 +50,13 @@ class TrainerConfig:
     # resume (resume_path every checkpoint_every epochs), the time budget (seconds from
     # start_time; budget_may_grow: one epoch rather than an error), the threads (follow_load)
     device = 'cpu'
-    precision = 'fp32'  # 'fp32', 'bf16' (autocast), or 'auto' (cpu_paths.ChoosePaths)
+    precision = 'fp32'  # 'fp32', 'bf16' (autocast), or 'auto' (measured: engine/plan.py)
     path_cache = None  # where 'auto' remembers its measured choices (a JSON file), or None
     compile = False
     pad_multiple = 8  # trimmed lengths are rounded up to this (fewer shapes for compile/kernels)
     log_every = 1  # read losses back every N steps (a GPU sync); tensorboard still gets every step
-    resume_path = None
-    resume = False
-    checkpoint_every = 0
-    time_budget = None
-    start_time = None
-    budget_may_grow = False
+    resume_path, resume, checkpoint_every = None, False, 0
+    time_budget, start_time, budget_may_grow = None, None, False
     follow_load = False
 
     def __init__(self, **kwargs):
@@ -97,9 +91,37 @@ def optimizer_groups(model, weight_decay, rule='names'):
             {"params": no_decay, "weight_decay": 0.0}]
 
 
+def make_optimizer(model, config, lr):
+    groups = optimizer_groups(model, config.weight_decay, config.decay_rule)
+    return torch.optim.AdamW(groups, lr=lr, betas=config.betas, fused='cuda' in str(config.device))
+
+
+def train_step(model, optimizer, autocast, x, y, config, device):
+    """One optimizer step on a global batch; returns the batch's mean loss (a device tensor)."""
+    weight = None
+    if distributed.active():  # this rank's rows, its loss weighted by its share of the targets
+        x, y, weight = distributed.shard(x, y, device)
+    x, y = to_device(x, y, device, config.pad_multiple)  # padding columns trimmed
+    with autocast:
+        _, loss = model(x, y, loss_only=True)  # (a CPU computes only what the loss needs)
+    if weight is not None:
+        loss = loss * weight
+    model.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_norm_clip)
+    optimizer.step()
+
+    loss = loss.detach()
+    if weight is not None:
+        loss = distributed.global_loss(loss)
+    return loss
+
+
 class Trainer:
 
-    def __init__(self, model, train_dataset, test_dataset, config, clock=None, cpu_times=None):
+    def __init__(self, model, train_dataset, test_dataset, config, plan=None, clock=None,
+                 cpu_times=None):
+        # plan: the machine measured before the Trainer (engine/plan.py; made in train() if None);
         # clock, cpu_times: what the extras read for time and the machine's load (tests: theirs)
         self.model = model
         self.train_dataset = train_dataset
@@ -110,6 +132,7 @@ class Trainer:
         self.tokens = self.step = 0
         self.distributed, self.rank = distributed.active(), distributed.rank()
         self.clock, self.cpu_times = clock or time.time, cpu_times or cpu_load.cpu_times
+        self.plan = plan
         self.callbacks = extras.for_trainer(self)  # what attaches at the loop's named points
 
     def save_checkpoint(self):
@@ -123,11 +146,13 @@ class Trainer:
 
     def train(self):
         config = self.config
+        self.plan = self.plan or planning.make(self.model, self.train_dataset, config, train_step,
+                                               make_optimizer, self.clock, self.cpu_times)[0]
         model = self.wrapped_model()
-        self.optimizer = optimizer = self.make_optimizer(config.learning_rate)
+        self.optimizer = optimizer = make_optimizer(self.model, config, config.learning_rate)
         self.generator = torch.Generator().manual_seed(torch.initial_seed())
         self.schedule = Schedule(config)
-        self.precision = config.precision  # 'auto' is resolved by cpu_paths.ChoosePaths
+        self.precision = self.plan.precision
         self.epochs_trained = 0
         workers = config.cpu_workers if self.device.type == 'cpu' else config.num_workers
         self.batches = Batches(self.train_dataset, workers)
@@ -136,7 +161,7 @@ class Trainer:
         self.progress = Progress(config.log_every, config.writer if self.rank == 0 else None,
                                  disable=self.rank != 0)
         try:
-            self.call('on_train_start')  # precision 'auto', resume, the time budget's plan
+            self.call('on_train_start')  # the plan's threads and epochs; resume
             autocast = autocast_for(self.device, self.precision)
             self.progress.start(self.steps_per_epoch * self.schedule.max_epochs, self.step, self.tokens)
 
@@ -148,7 +173,8 @@ class Trainer:
                                         config.shuffle)
                 skip = self.start_it if epoch == self.start_epoch else 0
                 for it, (x, y) in enumerate(self.batches.epoch(batches[skip:]), start=skip):
-                    loss = self._step(model, optimizer, autocast, x, y)
+                    self.tokens += y.numel()  # the handout's (y >= 0).sum(): padding too
+                    loss = train_step(model, optimizer, autocast, x, y, config, self.device)
 
                     # decay the learning rate based on our progress (after the step, as the handout)
                     if config.lr_decay:
@@ -173,39 +199,13 @@ class Trainer:
         finally:
             self.progress.close(self.tokens)
             self.call('on_train_end')
-            self.wrapped = None  # the DDP wrapper holds the process group: let it go with the run
-
-    def make_optimizer(self, lr):
-        groups = optimizer_groups(self.model, self.config.weight_decay, self.config.decay_rule)
-        return torch.optim.AdamW(groups, lr=lr, betas=self.config.betas, fused=self.device.type == 'cuda')
+            self.wrapped = self.plan.wrapped = None  # (a DDP wrapper holds the process group)
 
     def wrapped_model(self):
-        """The model the steps call: DDP-wrapped under torchrun, compiled when asked."""
-        self.wrapped = distributed.wrapped(self.model, self.device, self.config.compile)
+        """The model the steps call: DDP-wrapped under torchrun, compiled when asked (the plan's)."""
+        self.wrapped = self.plan.wrapped if self.plan.wrapped is not None else \
+            distributed.wrapped(self.model, self.device, self.config.compile)
         return self.wrapped
-
-    def _step(self, model, optimizer, autocast, x, y):
-        """One optimizer step on a global batch; returns the batch's mean loss (a device tensor)."""
-        self.tokens += y.numel()  # the handout's (y >= 0).sum(): every position, padding too
-        weight = None
-        if self.distributed:  # this rank's rows, its loss weighted by its share of the targets
-            x, y, weight = distributed.shard(x, y, self.device)
-        x, y = to_device(x, y, self.device, self.config.pad_multiple)  # padding columns trimmed
-
-        with autocast:
-            _, loss = model(x, y, loss_only=True)  # (a CPU computes only what the loss needs)
-        if weight is not None:
-            loss = loss * weight
-
-        model.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_norm_clip)
-        optimizer.step()
-
-        loss = loss.detach()
-        if weight is not None:
-            loss = distributed.global_loss(loss)
-        return loss
 
     @torch.no_grad()
     def evaluate_loss(self, dataset, autocast):

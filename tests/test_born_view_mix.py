@@ -170,9 +170,10 @@ def test_the_cpu_20min_pipeline_trains_a_smaller_model_on_the_mix(tmp_path):
     from engine import inputs
     import json
     # this tiny corpus's steps fit far more than 2,200 into 17 minutes: the 4-layer model
-    assert inputs.layers_of(state) == 4 and 'pretraining a 2-layer model' not in out
+    assert inputs.layers_of(state) == 4 and 'a 2-layer model' not in out
     record = json.loads((tmp_path / 'pre.params.run.json').read_text(encoding='utf-8'))
-    assert record['n_layer'] == 4
+    assert record['n_layer'] == 4 and record['plan']['depth'] is None
+    assert record['plan']['precision'] == record['precision'] == 'fp32'
     out = run('finetune', 'vanilla', 'corpus.txt', '--reading_params_path', 'pre.params',
               '--writing_params_path', 'fine.params', '--finetune_corpus_path',
               'birth_places_train.tsv')

@@ -4,6 +4,7 @@ the user's error (a flag's) or as one epoch with a warning (a preset's).
 
 Time is a stand-in clock that each training step advances (FakeClock): no test measures the wall
 clock, so a busy machine changes none of them."""
+import json
 import random
 import re
 
@@ -14,6 +15,7 @@ from engine import command
 from engine import common
 from engine import cpu_recipe
 from engine import measure
+from engine import plan as planning
 import trainer
 from test_schedule import RecordingWriter, name_data, tiny_gpt  # noqa: F401 (name_data: a fixture)
 
@@ -59,14 +61,14 @@ def slow_steps(monkeypatch, seconds):
     a function of the number of steps taken so far for a machine whose pace changes): returns the
     clock, for the runs' Trainer(clock=...)."""
     clock = FakeClock()
-    real_step = trainer.Trainer._step
+    real_step = trainer.train_step
     taken = []
 
-    def slow_step(self, *args):
+    def slow_step(*args):
         clock.now += seconds(len(taken)) if callable(seconds) else seconds
         taken.append(1)
-        return real_step(self, *args)
-    monkeypatch.setattr(trainer.Trainer, '_step', slow_step)
+        return real_step(*args)
+    monkeypatch.setattr(trainer, 'train_step', slow_step)
     return clock
 
 
@@ -110,7 +112,7 @@ def test_the_first_epoch_corrects_a_misleading_measurement(name_data, monkeypatc
     it saw: it ends inside the budget with its schedule finished (the lr at its 10% floor at the
     last step), not cut short by the safety net."""
     clock = slow_steps(monkeypatch, 0.1)
-    monkeypatch.setattr(measure, 'timed_steps', lambda trainer, *a, **k: [0.001] * 3)
+    monkeypatch.setattr(measure.StepTimer, 'times', lambda self, *a, **k: [0.001] * 3)
     start = clock()
     t, _, lrs = budgeted_run(name_data, 4, max_epochs=50, start_time=start, clock=clock)
     took = clock() - start
@@ -132,7 +134,7 @@ def test_the_checkpoint_after_a_re_plan_holds_the_new_plan(name_data, monkeypatc
     after the first epoch must already hold the re-planned epochs and schedule."""
     from engine import checkpoint
     clock = slow_steps(monkeypatch, 0.1)
-    monkeypatch.setattr(measure, 'timed_steps', lambda trainer, *a, **k: [0.001] * 3)
+    monkeypatch.setattr(measure.StepTimer, 'times', lambda self, *a, **k: [0.001] * 3)
     saved = []
     real_save = checkpoint.Resumable.save
 
@@ -183,7 +185,7 @@ def test_a_resumed_budgeted_run_lays_its_schedule_over_the_epochs_it_trains(
     from engine import checkpoint
     pace = [0.1]  # seconds per step: 0.05 once resumed
     clock = slow_steps(monkeypatch, lambda n: pace[0])
-    monkeypatch.setattr(measure, 'timed_steps', lambda trainer, *a, **k: [0.001] * 3)
+    monkeypatch.setattr(measure.StepTimer, 'times', lambda self, *a, **k: [0.001] * 3)
     ckpt, kept = tmp_path / 'run.ckpt', tmp_path / 'after-epoch-3.ckpt'
     real_save = checkpoint.Resumable.save
 
@@ -214,7 +216,7 @@ def test_a_wavering_pace_leaves_the_plan_alone(name_data, monkeypatch, capsys):
     made again after most epochs, 40 <-> 43 on a real run), the run ends inside the budget with
     its schedule at the floor at the last step."""
     clock = slow_steps(monkeypatch, lambda n: 0.1 * (1.04 if (n // 3) % 2 else 0.96))
-    monkeypatch.setattr(measure, 'timed_steps', lambda trainer, *a, **k: [0.1] * 3)
+    monkeypatch.setattr(measure.StepTimer, 'times', lambda self, *a, **k: [0.1] * 3)
     start = clock()
     t, _, lrs = budgeted_run(name_data, 6, max_epochs=50, start_time=start, clock=clock)
     took = clock() - start
@@ -233,7 +235,7 @@ def test_a_stray_slow_epoch_among_short_ones_leaves_the_plan_alone(name_data, mo
     draw = random.Random(7)
     slow = [draw.random() < 0.25 for _ in range(400)]
     clock = slow_steps(monkeypatch, lambda n: 0.1 * (5 / 3 if slow[n // 3] else 1))
-    monkeypatch.setattr(measure, 'timed_steps', lambda trainer, *a, **k: [0.1] * 3)
+    monkeypatch.setattr(measure.StepTimer, 'times', lambda self, *a, **k: [0.1] * 3)
     start = clock()
     t, _, lrs = budgeted_run(name_data, 45, max_epochs=400, start_time=start, clock=clock)
     took = clock() - start
@@ -249,7 +251,7 @@ def test_the_first_step_s_one_off_cost_is_not_taken_for_the_pace(name_data, monk
     650 epochs to 306); steps of 100 ms, 3 per epoch, as the timed steps said, and all 20 epochs
     asked for fit in the budget with that second to spare: the plan is made once and kept."""
     clock = slow_steps(monkeypatch, lambda n: 1.1 if n == 0 else 0.1)
-    monkeypatch.setattr(measure, 'timed_steps', lambda trainer, *a, **k: [0.1] * 3)
+    monkeypatch.setattr(measure.StepTimer, 'times', lambda self, *a, **k: [0.1] * 3)
     start = clock()
     t, _, lrs = budgeted_run(name_data, 8, max_epochs=20, start_time=start, clock=clock)
     took = clock() - start
@@ -272,30 +274,38 @@ def pretrain_args(*extra, preset='cpu-20min'):
     return args
 
 
+def planned(args, data, clock):
+    """run.py's model and plan for `args` on `data`: (plan, the model it trains)."""
+    gpt, smaller = cpu_recipe.model_for(args, len(data.stoi), data.block_size, 'cpu')
+    tconf, _ = command.trainer_config(args, 'pretrain', len(data), 'cpu')
+    return planning.make(gpt, data, tconf, trainer.train_step, trainer.make_optimizer,
+                         clock=clock, smaller=smaller)
+
+
 @pytest.mark.parametrize('step, epochs, layers', [(0.6, '650', 2), (0.4, '1000', 4), (0.6, '300', 4)])
 def test_a_machine_too_slow_for_the_presets_model_pretrains_its_smaller_one(
         name_data, monkeypatch, capsys, step, epochs, layers):
-    """cpu-20min pretrains its 4-layer model where a few timed steps say it fits at least
+    """cpu-20min pretrains its 4-layer model where the plan's timed steps say it fits at least
     2,200 steps into its 17 minutes (0.4 s a step: 2,422 of 1,000 epochs' 3,000), or every
-    step asked for (300 epochs: 900 steps), else the 2-layer one, with one line saying so. The
+    step asked for (300 epochs: 900 steps), else the 2-layer one, said in the plan's line. The
     timed steps are undone, and the 2-layer model starts from the weights it would have if
     built first: the choice changes the model, not the seed's draws."""
     from engine import inputs
     from engine import presets
-    monkeypatch.setattr(measure, 'timed_steps', lambda trainer, *a, **k: [step] * 3)
+    monkeypatch.setattr(measure.StepTimer, 'times', lambda self, *a, **k: [step] * 3)
     clock = FakeClock()
     torch.manual_seed(0)
     assert len(name_data) == 20  # 3 batches of 8
     args = pretrain_args('--max_epochs', epochs)
     args.started = clock.now
-    gpt = cpu_recipe.model_for(args, name_data, len(name_data.stoi), name_data.block_size, 'cpu',
-                               clock=clock)
+    plan, gpt = planned(args, name_data, clock)
     out = capsys.readouterr().out
     assert inputs.layers_of(gpt.state_dict()) == layers
     # 17 min less the budget's 5% margin, at 0.6 s a step: 1,615 steps
-    said = ('the cpu-20min preset: its 4-layer model fits 1,615 steps (0.600 s each) into the '
-            '17 min of pretraining here, fewer than 2,200: pretraining a 2-layer model instead')
-    assert (said in out) == (layers == 2), out
+    said = ("a 2-layer model: the preset's 4 layers fit 1,615 steps (0.600 s each) into the "
+            "budget here, fewer than 2,200; time budget 17 min: ")
+    assert (said in out) == (layers == 2) and out.count('plan: ') == 1, out
+    assert (plan.record()['depth'] is not None) == (layers == 2)
     torch.manual_seed(0)
     want = command.build_model(pretrain_args(), len(name_data.stoi), name_data.block_size, 'cpu',
                            **(presets.slow_machine('cpu-20min')['model'] if layers == 2 else {}))
@@ -315,42 +325,48 @@ def test_a_presets_budget_over_one_epoch_measures_nothing(name_data, epochs, may
     assert any(isinstance(c, budget.TimeBudget) for c in t.callbacks) is measured
 
 
-def test_a_budgeted_pretraining_chooses_its_cpu_path_once(name_data, monkeypatch, capsys):
-    """cpu-20min's probe of the steps that fit (precision auto) chooses the precision and the
-    attention path; the run then trains in them without timing them again: one `auto:` line."""
-    from engine import cpu_paths
+def test_a_budgeted_pretraining_is_measured_once(name_data, monkeypatch, capsys):
+    """cpu-20min's pretraining (precision auto, a budget, a slow model to offer): the plan
+    chooses the precision and attention path, the depth and the epochs in one line; the run's
+    Trainer then trains on it without timing a step, and its record holds the plan."""
     from engine import devices
     monkeypatch.setattr(devices, 'cpu_has_bf16', lambda: False)
-    monkeypatch.setattr(measure, 'timed_steps', lambda trainer, *a, **k: [0.4] * 3)
-    clock = FakeClock()
-    args = pretrain_args('--max_epochs', '1000', '--precision', 'auto')
+    monkeypatch.setattr(measure.StepTimer, 'times', lambda self, *a, **k: [0.4] * 3)
+    clock = slow_steps(monkeypatch, 0.4)
+    args = pretrain_args('--max_epochs', '2', '--precision', 'auto')
     args.started = clock.now
-    gpt = cpu_recipe.model_for(args, name_data, len(name_data.stoi), name_data.block_size, 'cpu',
-                               clock=clock)
-    assert args.precision == 'fp32'  # chosen, and what the run's TrainerConfig now asks for
-    assert {m.cpu_kernel for m in gpt.modules() if hasattr(m, 'cpu_kernel')} != {None}
-    tconf, _ = command.trainer_config(args, 'pretrain', len(name_data), 'cpu')
-    cpu_paths.ChoosePaths().on_train_start(trainer.Trainer(gpt, name_data, None, tconf, clock=clock))
-    assert capsys.readouterr().out.count('auto: ') == 1
-
-
-def test_only_a_budgeted_pretraining_of_a_preset_with_a_slow_model_measures(name_data, monkeypatch):
-    """The handout's preset never changes its model, nor does cpu-20min where no time budget
-    applies (finetuning from scratch): nothing is timed for them."""
-    from engine import inputs
-    import run
+    plan, gpt = planned(args, name_data, clock)
+    assert plan.precision == 'fp32' and plan.kernel in (True, False) and plan.epochs == 2
+    assert {m.cpu_kernel for m in gpt.modules() if hasattr(m, 'cpu_kernel')} == {plan.kernel}
 
     def timed(self, *a, **k):
         raise AssertionError('timed steps')
-    monkeypatch.setattr(measure, 'timed_steps', timed)
+    monkeypatch.setattr(measure.StepTimer, 'times', timed)
+    tconf, _ = command.trainer_config(args, 'pretrain', len(name_data), 'cpu')
+    t = trainer.Trainer(gpt, name_data, None, tconf, plan, clock=clock)
+    t.train()
+    out = capsys.readouterr().out
+    assert out.count('plan: ') == 1 and 'auto: ' not in out and 'time budget 17 min' in out, out
+    assert t.precision == 'fp32' and t.schedule.max_epochs == 2 and t.epochs_trained == 2
+    assert json.loads(json.dumps(plan.record()))['epochs'] == 2
+
+
+def test_only_a_pretraining_of_a_preset_with_a_slow_model_offers_it(name_data):
+    """The handout's preset never changes its model, nor does cpu-20min's finetuning (from
+    scratch here): no smaller model is offered to their plans."""
+    from engine import inputs
+    import run
     scratch = run.parse_args(['finetune', 'vanilla', 'corpus.txt', '--writing_params_path',
                               'f.params', '--finetune_corpus_path', 'train.tsv', '--preset',
                               'cpu-20min', '--precision', 'fp32'])
     scratch.edition = '2021-23'
     for args in (pretrain_args('--time_budget', '1', preset='handout'), scratch):
-        gpt = cpu_recipe.model_for(args, name_data, len(name_data.stoi), name_data.block_size,
-                                   'cpu')
-        assert inputs.layers_of(gpt.state_dict()) == 4
+        gpt, smaller = cpu_recipe.model_for(args, len(name_data.stoi), name_data.block_size,
+                                            'cpu')
+        assert inputs.layers_of(gpt.state_dict()) == 4 and smaller is None
+    gpt, smaller = cpu_recipe.model_for(pretrain_args(), len(name_data.stoi),
+                                        name_data.block_size, 'cpu')
+    assert smaller is not None and smaller[1] == 2200
 
 
 def test_params_and_checkpoints_of_the_slow_model_are_read_into_it(name_data, monkeypatch, tmp_path):
@@ -360,9 +376,6 @@ def test_params_and_checkpoints_of_the_slow_model_are_read_into_it(name_data, mo
     from engine import inputs
     import run
 
-    def timed(self, *a, **k):
-        raise AssertionError('timed steps')
-    monkeypatch.setattr(measure, 'timed_steps', timed)
     monkeypatch.chdir(tmp_path)
     vocab, block = len(name_data.stoi), name_data.block_size
     for layers in (2, 3, 4):
@@ -375,8 +388,8 @@ def test_params_and_checkpoints_of_the_slow_model_are_read_into_it(name_data, mo
                                    '--outputs_path', 'o', '--preset', 'cpu-20min'])
         evaluate.edition = '2021-23'
         for args in (evaluate, pretrain_args('--resume')):
-            gpt = cpu_recipe.model_for(args, name_data, vocab, block, 'cpu')
-            assert inputs.layers_of(gpt.state_dict()) == want
+            gpt, smaller = cpu_recipe.model_for(args, vocab, block, 'cpu')
+            assert inputs.layers_of(gpt.state_dict()) == want and smaller is None
         if layers == 3:
             with pytest.raises(common.UsageError, match=r'3\.params: params are a vanilla model of '
                                'other sizes'):

@@ -1,12 +1,12 @@
-"""precision 'auto' in training on a CPU (cpu_paths.ChoosePaths): the candidates that
+"""precision 'auto' in training on a CPU (the run's plan, plan.py, with cpu_paths): the candidates that
 compute the same function (fp32 / bf16 autocast where the CPU has bf16; attention through the
 fused kernel / the written-out math where attention has no dropout) are timed on this run's
 model and batch, the fastest is kept and printed with the figures, and the choice is remembered
 per machine and run shape with its figures; measuring changes nothing else; a bad cache file is
 a warning. A choice measured on a busy machine is not remembered, and a remembered one is checked
 against the run's own steps (measured again when they disagree): a stand-in clock and stand-in
-CPU counters drive those cases. The same counters drive torch's thread count on a busy machine
-(cpu_load.FollowLoad)."""
+CPU counters drive those cases. A run of one epoch times nothing. The same counters drive
+torch's thread count on a busy machine (the plan's, then cpu_load.FollowLoad's)."""
 import json
 import types
 
@@ -19,6 +19,7 @@ import dataset
 from engine import devices
 from engine import measure
 import model
+from engine import plan
 import trainer
 import utils
 
@@ -48,7 +49,7 @@ class Machine:
         return self.busy, self.own
 
 
-def run(cache, precision='auto', dropout=0.0, kernel='unset', machine=None):
+def run(cache, precision='auto', dropout=0.0, kernel='unset', machine=None, epochs=2, **config):
     utils.set_seed(0)
     machine = machine or Machine()
     data = dataset.CharCorruptionDataset(CORPUS, 64)
@@ -57,8 +58,8 @@ def run(cache, precision='auto', dropout=0.0, kernel='unset', machine=None):
     gpt = model.GPT(conf)
     if kernel != 'unset':
         cpu_paths.set_attention_path(gpt, kernel)
-    tconf = trainer.TrainerConfig(max_epochs=1, batch_size=8, learning_rate=3e-3,
-                                  precision=precision, path_cache=str(cache))
+    tconf = trainer.TrainerConfig(max_epochs=epochs, batch_size=8, learning_rate=3e-3,
+                                  precision=precision, path_cache=str(cache), **config)
     t = trainer.Trainer(gpt, data, None, tconf, clock=machine.clock, cpu_times=machine.cpu_times)
     t.train()
     return t, gpt
@@ -72,7 +73,7 @@ def test_measured_choice_is_printed_remembered_and_changes_nothing_else(tmp_path
     cache = tmp_path / 'paths.json'
     t, gpt = run(cache)
     out = capsys.readouterr().out
-    line = next(line for line in out.splitlines() if line.startswith('auto: '))
+    line = next(line for line in out.splitlines() if line.startswith('plan: '))
     assert 'measured, median of 3 steps' in line and 'attention kernel' in line and 'attention math' in line
     (kernel,) = kernels(gpt)
     assert kernel in (True, False) and t.precision in ('fp32', 'bf16')
@@ -98,10 +99,10 @@ def test_the_fastest_candidate_is_kept(tmp_path, monkeypatch, capsys):
     def timed(self, precision, warm, timed, ahead=False, stop=None):
         kernel, = kernels(self.model)
         return [fake[precision, kernel]] * timed
-    monkeypatch.setattr(measure, 'timed_steps', timed)
+    monkeypatch.setattr(measure.StepTimer, 'times', timed)
     t, gpt = run(tmp_path / 'paths.json')
     assert t.precision == 'bf16' and kernels(gpt) == {False}
-    assert 'auto: bf16 + attention math (measured' in capsys.readouterr().out
+    assert 'plan: bf16 + attention math (measured' in capsys.readouterr().out
 
 
 def test_attention_dropout_leaves_only_the_precision_to_choose(tmp_path, capsys):
@@ -109,7 +110,7 @@ def test_attention_dropout_leaves_only_the_precision_to_choose(tmp_path, capsys)
     without bf16 nothing is left to measure."""
     t, gpt = run(tmp_path / 'paths.json', dropout=0.1)
     if not devices.cpu_has_bf16():
-        assert t.precision == 'fp32' and 'auto: ' not in capsys.readouterr().out
+        assert t.precision == 'fp32' and 'plan: ' not in capsys.readouterr().out
         assert not (tmp_path / 'paths.json').exists()
     assert kernels(gpt) == {None}
 
@@ -125,16 +126,17 @@ def test_a_corrupt_or_foreign_cache_is_a_warning(tmp_path, capsys, content):
 
 
 def fake_timings(monkeypatch, machine, seconds):
-    """timed_steps stood in for: each candidate's steps take seconds[(precision, kernel)] on the
+    """StepTimer.times stood in for: each candidate's steps take seconds[(precision, kernel)] on the
     stand-in clock; returns the list of the candidates timed, in order."""
     timed_paths = []
 
     def timed(self, precision, warm, timed, ahead=False, stop=None):
-        kernel, = kernels(self.model)
-        timed_paths.append((precision, kernel))
-        machine.advance((warm + timed) * seconds[precision, kernel])
-        return [seconds[precision, kernel]] * timed
-    monkeypatch.setattr(measure, 'timed_steps', timed)
+        kernel, = kernels(self.model)  # (None: the plan's first steps, before a path is set)
+        if timed:
+            timed_paths.append((precision, kernel))
+        machine.advance((warm + timed) * seconds.get((precision, kernel), 0.5))
+        return [seconds.get((precision, kernel), 0.5)] * timed
+    monkeypatch.setattr(measure.StepTimer, 'times', timed)
     return timed_paths
 
 
@@ -149,7 +151,7 @@ def test_a_choice_measured_on_a_busy_machine_is_used_but_not_remembered(tmp_path
     fake_timings(monkeypatch, busy, KERNEL_FASTER)
     t, gpt = run(tmp_path / 'paths.json', machine=busy)
     assert (t.precision, kernels(gpt)) == ('fp32', {True})
-    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith('auto: '))
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith('plan: '))
     assert 'not remembered: other processes used 50% of the CPUs' in line
     assert not (tmp_path / 'paths.json').exists()
     # idle, the same measurement is remembered, with its figures
@@ -177,8 +179,8 @@ def test_a_remembered_choice_is_checked_against_the_runs_steps(tmp_path, monkeyp
     t, gpt = run(cache)
     assert timed == [('fp32', True), ('fp32', True), ('fp32', False)]
     assert kernels(gpt) == {False}
-    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith('auto: '))
-    assert line.startswith('auto: fp32 + attention math (measured') and \
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith('plan: '))
+    assert line.startswith('plan: fp32 + attention math (measured') and \
         'the cached fp32 + attention kernel took 0.400 s per step then, 0.900 s now' in line
     [entry] = json.loads(cache.read_text())['choices'].values()
     assert entry['choice'] == ['fp32', False]
@@ -193,6 +195,46 @@ def test_a_cache_of_the_older_format_is_measured_anew_quietly(tmp_path, monkeypa
     assert timed == [('fp32', True), ('fp32', False)]
     assert 'warning' not in capsys.readouterr().err
     assert json.loads(cache.read_text())['format'] == cpu_paths.PATH_CACHE_FORMAT
+
+
+def test_a_run_of_one_epoch_times_nothing(tmp_path, monkeypatch, capsys):
+    """Nothing a one-epoch run could gain is worth timing: it takes the remembered choice
+    unchecked, and with none remembered the first candidate (fp32, the kernel), silently."""
+    monkeypatch.setattr(devices, 'cpu_has_bf16', lambda: False)
+    cache = tmp_path / 'paths.json'
+    timed = fake_timings(monkeypatch, Machine(), KERNEL_FASTER)
+    t, gpt = run(cache, epochs=1)
+    assert timed == [] and (t.precision, kernels(gpt)) == ('fp32', {True})
+    assert 'plan: ' not in capsys.readouterr().out and not cache.exists()
+    fake_timings(monkeypatch, Machine(), MATH_FASTER)
+    run(cache)  # two epochs: measured, the math remembered
+    capsys.readouterr()
+    timed = fake_timings(monkeypatch, Machine(), MATH_FASTER)
+    t, gpt = run(cache, epochs=1)
+    assert timed == [] and (t.precision, kernels(gpt)) == ('fp32', {False})
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith('plan: '))
+    assert 'cached for this machine' in line and 'not timed for one epoch' in line
+
+
+def test_a_busy_machine_starts_training_on_the_threads_it_leaves(tmp_path, monkeypatch, capsys):
+    """The plan reads the load over its first steps: with others holding half of 4 cores the
+    run starts on 2 threads (said in the plan line), FollowLoad carries on from there, counts
+    the steps on fewer threads and gives all 4 back at the end."""
+    monkeypatch.setattr(devices, 'cpu_has_bf16', lambda: False)
+    threads = [4]
+    monkeypatch.setattr(torch, 'get_num_threads', lambda: threads[-1])
+    monkeypatch.setattr(torch, 'set_num_threads', threads.append)
+    monkeypatch.setattr(cpu_load.os, 'cpu_count', lambda: 4)
+    busy = Machine(others=0.5)
+    timed = fake_timings(monkeypatch, busy, KERNEL_FASTER)
+    t, gpt = run(tmp_path / 'paths.json', machine=busy, follow_load=True)
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith('plan: '))
+    assert '2 of 4 threads (other processes used 50% of the CPUs' in line
+    assert timed == [('fp32', True), ('fp32', False)]  # the paths timed on the 2 threads
+    assert threads[:2] == [4, 2] and threads[-1] == 4
+    assert t.plan.record()['threads'] == 2 and t.plan.record()['most_threads'] == 4
+    assert 'steps ran on fewer threads than 4' in out
 
 
 def test_the_load_meter_reads_other_processes_share():
@@ -257,7 +299,7 @@ def test_the_thread_count_follows_a_load_that_comes_and_goes():
     follow = cpu_load.FollowLoad(every=5.0, times=machine.times, cores=2,
                                  threads=(lambda: threads[-1], threads.append),
                                  say=lambda line, **kw: said.append(line))
-    trainer = types.SimpleNamespace(clock=machine.clock)
+    trainer = types.SimpleNamespace(clock=machine.clock, plan=plan.Plan('fp32'))
     follow.on_train_start(trainer)
     seen = []
     for it in range(len(shares) - 1):
@@ -280,7 +322,7 @@ def test_an_idle_machine_keeps_every_thread_and_says_nothing():
     follow = cpu_load.FollowLoad(times=machine.times, cores=2,
                                  threads=(lambda: threads[-1], threads.append),
                                  say=lambda line, **kw: said.append(line))
-    trainer = types.SimpleNamespace(clock=machine.clock)
+    trainer = types.SimpleNamespace(clock=machine.clock, plan=plan.Plan('fp32'))
     follow.on_train_start(trainer)
     for it in range(29):
         machine.step()

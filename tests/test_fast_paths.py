@@ -15,14 +15,13 @@
   matches a plain handout loop (same seed, same batches, dropout 0) within float noise in fp32
   (also torch.compile'd) and within a small tolerance in bf16.
 """
-from types import SimpleNamespace
 
 import pytest
 import torch
 
 import attention
-from engine import cpu_paths
 from engine import fastpath
+from engine import plan as planning
 from conftest import LossLog
 from engine import batches
 import dataset
@@ -266,8 +265,8 @@ def test_cpu_training_attention_with_dropout_is_the_handouts_math(kind, shapes):
 
 def test_cpu_bf16_training_takes_the_written_out_math(data):
     """Told bf16 (nothing measured), training on a CPU computes attention as the plain path does
-    (there it is faster than the fused kernel): the trainer's start sets that path
-    (cpu_paths.ChoosePaths), and the numbers are the same to the last bit of float noise, where the
+    (there it is faster than the fused kernel): the run's plan sets that path (plan.make), and
+    the numbers are the same to the last bit of float noise, where the
     fused kernel's bf16 rounding would differ by about 1e-3 (checked below in eval mode)."""
     pre, _ = data
     x, y = batches.collate(pre, range(8))
@@ -275,9 +274,9 @@ def test_cpu_bf16_training_takes_the_written_out_math(data):
     fast = jitter(tiny(pre.vocab_size, {}, skip_padding=False, dropout=0.0), 0.3)
     plain = tiny(pre.vocab_size, {}, fast=False, skip_padding=False, dropout=0.0)
     plain.load_state_dict(fast.state_dict())
-    start = SimpleNamespace(config=SimpleNamespace(precision='bf16'), device=torch.device('cpu'),
-                            model=fast)
-    cpu_paths.ChoosePaths().on_train_start(start)
+    config = trainer.TrainerConfig(precision='bf16', batch_size=8)
+    plan, _ = planning.make(fast, pre, config, trainer.train_step, trainer.make_optimizer)
+    assert plan.precision == 'bf16' and plan.how is None
     assert {m.cpu_kernel for m in fast.modules() if hasattr(m, 'cpu_kernel')} == {False}
     losses = {}
     for mode in ('train', 'eval'):

@@ -80,7 +80,7 @@ def main(argv=None):
         settings = SimpleNamespace(preset=args.preset, plain=False, dropout=None,
                                    variant=args.variant, bottleneck_dim=args.bottleneck_dim,
                                    function='evaluate', resume=False, reading_params_path=args.params)
-        gpt = cpu_recipe.model_for(settings, None, vocab.vocab_size, presets.BLOCK_SIZE, 'cpu')
+        gpt, _ = cpu_recipe.model_for(settings, vocab.vocab_size, presets.BLOCK_SIZE, 'cpu')
         inputs.load_params(gpt, args.params, command.describe_model(settings), 'cpu')
     except UsageError as e:
         print(f'error: {e}', file=sys.stderr)

@@ -3,11 +3,12 @@
 The time budget (run.py --time_budget, a preset's budget): train the epochs that end within a
 number of seconds on the machine the run is on, the learning-rate schedule laid over them.
 
-Before the first epoch a few training steps are timed (and undone: measure.timed_steps), and the
-epochs that fit are kept, at most the max_epochs asked for; final_tokens is scaled like the epochs,
-so the cosine keeps its shape and reaches its floor at the last step. After every epoch the
-epochs left are fitted again to the time left, at the pace the epochs have run (a few timed
-steps can mislead, and a machine gets busier or idler): the mean epoch since the pace last
+Before training, the run's plan (plan.py) times a few training steps (undone) and keeps the
+epochs that fit, at most the max_epochs asked for; final_tokens is scaled like the epochs,
+so the cosine keeps its shape and reaches its floor at the last step. After every epoch
+(TimeBudget, here) the epochs left are fitted again to the time left, at the pace the epochs
+have run (a few timed steps can mislead, and a machine gets busier or idler): the mean epoch
+since the pace last
 changed (Pace), so that one slow epoch among many short ones (a GPU's 0.3 s epochs with a 0.5 s
 one now and then) moves nothing; the run's first step, which waits for what is set up once, is
 left out of its first epoch's pace. When that changes the plan, the rest of the cosine is laid
@@ -22,8 +23,6 @@ import statistics
 import time
 
 from engine import distributed
-from engine import measure
-from engine.common import UsageError
 
 MARGIN = 0.05  # of the budget, kept for epoch ends, saves, the evaluation after and noise
 GROW = 0.05  # a plan grows by this share of its epochs or more (and at least 2): no trend else
@@ -34,25 +33,11 @@ def epochs_that_fit(seconds, epoch_seconds, budget):
     return int((seconds - MARGIN * budget) // epoch_seconds)
 
 
-def measured_step(trainer, start, clock, ahead=False):
-    """Seconds per training step of the trainer's model and batches here, in trainer.precision:
-    the median of a few timed steps (measure.timed_steps: undone), the slowest rank's under
-    torchrun. Past 3 timed steps it stops once `start` lies 2% of the budget back."""
-    config = trainer.config
-    times = measure.timed_steps(
-        trainer, trainer.precision, warm=3 if config.compile else 2, timed=10, ahead=ahead,
-        stop=lambda t: len(t) >= 3 and clock() - start > 0.02 * config.time_budget)
-    step = sorted(times)[len(times) // 2]  # the median: one slow step is no trend
-    return distributed.agree(step, trainer.device, 'max')  # every rank plans the slowest's epochs
-
-
-def steps_that_fit(trainer, start, clock=time.time):
-    """(training steps that end within config.time_budget seconds from `start`, less the
-    margin, at the pace measured now (measured_step); that pace): what a budgeted run of this
-    trainer's model would plan, asked before training it."""
-    step = measured_step(trainer, start, clock)
-    left = trainer.config.time_budget - (clock() - start)
-    return max(epochs_that_fit(left, step, trainer.config.time_budget), 0), step
+def budgeted(config):
+    """Whether a TrainerConfig's run is fitted to its time budget: a preset's budget over one
+    epoch changes nothing (too small, it still trains that epoch), so nothing is measured; the
+    user's own --time_budget is (too small, it is an error)."""
+    return config.time_budget is not None and not (config.max_epochs == 1 and config.budget_may_grow)
 
 
 class Pace:
@@ -94,10 +79,10 @@ class TimeBudget:
         self.clock = clock
 
     def on_train_start(self, trainer):
-        config = trainer.config
-        self.start = config.start_time if config.start_time is not None else self.clock()
-        if not config.resume:  # a resumed run continues the plan its checkpoint holds
-            self.plan(trainer)
+        plan = trainer.plan  # (its start: config.start_time, else when it began measuring)
+        self.start = plan.start
+        if plan.epochs is not None:  # (a resumed run continues the plan its checkpoint holds)
+            trainer.schedule.max_epochs, trainer.schedule.final_tokens = plan.epochs, plan.final_tokens
         self.epoch_start, self.pace = self.clock(), Pace()
         # the steps of the run's first epoch (None once it has ended) and when its first ended
         self.first_epoch_steps, self.after_first_step = 0, None
@@ -127,35 +112,6 @@ class TimeBudget:
 
     def left(self, trainer):
         return trainer.config.time_budget - (self.clock() - self.start)
-
-    def plan(self, trainer):
-        """Fix max_epochs to what ends within time_budget, from a few timed training steps of this
-        model on batches of this dataset, with this run's settings."""
-        config = trainer.config
-        step = measured_step(trainer, self.start, self.clock, trainer.batches.ahead)
-        steps_per_epoch = trainer.steps_per_epoch
-        epoch_seconds = step * steps_per_epoch
-        fit = epochs_that_fit(self.left(trainer), epoch_seconds, config.time_budget)
-        if fit < 1:
-            too_small = (f'{config.time_budget / 60:g} min is too small for one epoch: an epoch '
-                         f'takes about {epoch_seconds / 60:.2f} min here ({steps_per_epoch} steps '
-                         f'of {step:.3f} s)')
-            if not config.budget_may_grow:
-                raise UsageError('--time_budget ' + too_small)
-            if trainer.rank == 0:  # a preset's budget (or run_all's share) on a slow machine: still params
-                print(f'warning: the time budget of {too_small}; training one epoch', flush=True)
-            fit = 1
-        schedule = trainer.schedule
-        epochs = min(fit, schedule.max_epochs)
-        if trainer.rank == 0:
-            print(f'time budget {config.time_budget / 60:g} min: {epochs} epochs of {steps_per_epoch} '
-                  f'steps ({step:.3f} s per step measured, {epoch_seconds:.1f} s per epoch) -> about '
-                  f'{epochs * epoch_seconds / 60:.1f} min'
-                  + ('' if epochs < schedule.max_epochs else f' (all {epochs}: the most asked for)'),
-                  flush=True)
-        asked, asked_final = schedule.asked
-        schedule.final_tokens = asked_final * epochs / asked if epochs < asked else asked_final
-        schedule.max_epochs = epochs
 
     def replan(self, trainer, done):
         """After `done` epochs: the epochs that fit in the time left at the pace now (Pace), the

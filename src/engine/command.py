@@ -282,7 +282,7 @@ def save_params(gpt, args, device, run, tconf, budget, stage):
         common.save_state_dict(gpt, path)
         if os.path.exists(tconf.resume_path):
             os.remove(tconf.resume_path)
-    write_record(args, path, device, stage=stage, precision=run.precision,
+    write_record(args, path, device, stage=stage, precision=run.precision, plan=run.plan.record(),
                  learning_rate=tconf.learning_rate, batch_size=tconf.batch_size,
                  weight_decay=tconf.weight_decay, decay_rule=tconf.decay_rule,
                  shuffle=tconf.shuffle, warmup_tokens=tconf.warmup_tokens,

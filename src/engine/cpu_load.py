@@ -87,8 +87,10 @@ class FollowLoad:
         self.cores = cores or os.cpu_count() or 1
 
     def on_train_start(self, trainer):
-        self.clock = trainer.clock
-        self.most = self.now = self.get_threads()
+        # the plan may have started the run on fewer threads than the machine's (plan.py)
+        self.clock, most = trainer.clock, trainer.plan.most_threads
+        self.now = self.get_threads()
+        self.most = most if most is not None else self.now
         self.measure_for(self.FIRST)
         self.changes, self.fewer, self.steps = 0, 0, 0
 
@@ -118,6 +120,6 @@ class FollowLoad:
         if self.now != self.most:
             self.set_threads(self.most)
             self.now = self.most
-        if self.changes:
+        if self.fewer:
             self.say(f'cpu: {self.fewer} of {self.steps} steps ran on fewer threads than '
                      f'{self.most} ({self.changes} changes with the load)', flush=True)

@@ -21,11 +21,11 @@ import sys
 
 import torch
 
-from engine import measure
 from attention import CausalSelfAttention
 from engine.common import atomic_write
-from engine.cpu_load import LoadMeter, busy
-from engine.devices import bf16_supported, pick_precision
+from engine.cpu_load import busy
+from engine.devices import bf16_supported
+from engine.measure import median
 
 PATH_CACHE_FORMAT = 'cs224n-minGPT measured CPU paths, 2'  # 2: each choice with its figures
 OLD_FORMATS = ('cs224n-minGPT measured CPU paths, 1',)  # choices without figures: measured anew
@@ -132,68 +132,43 @@ def remembered(entry, candidates):
     return (choice, seconds) if choice in candidates and seconds > 0 else None
 
 
-def median(values):
-    return sorted(values)[len(values) // 2]
+def time_path(timer, choice, timed=3):
+    """Median seconds per step of `choice` (after one untimed step) on a measure.StepTimer."""
+    set_attention_path(timer.model, choice[1])
+    return median(timer.times(choice[0], warm=1, timed=timed))
 
 
-class ChoosePaths:
-    """The trainer's extra for precision 'auto': before the first epoch, on a CPU, the measured
-    choice (above) is set on the trainer and the model; on a GPU, fp32 (devices.pick_precision).
-    With a precision given and nothing measured, the attention path follows a rule instead: under bf16
-    autocast on a CPU the written-out math, whose forward and backward were the faster where it
-    was measured; fp32 keeps the kernel (docs/speed.md, "Figures behind the code")."""
-
-    def on_train_start(self, trainer):
-        config = trainer.config
-        if config.precision != 'auto':
-            if config.precision == 'bf16' and trainer.device.type == 'cpu':
-                set_attention_path(trainer.model, False, unset_only=True)
-            return
-        if trainer.device.type != 'cpu':
-            trainer.precision = pick_precision('auto', trainer.device, training=True)
-            return
-        raw_model = trainer.model
-        candidates = cpu_candidates(raw_model)
-        if len(candidates) == 1 or trainer.distributed:  # (ranks must agree: no measuring there)
-            choice, how = candidates[0] if len(candidates) == 1 else (candidates[-1][0], None), None
-        else:
-            choice, how = self.choose(trainer, candidates)
-        trainer.precision = choice[0]
-        set_attention_path(raw_model, choice[1])
-        if how is not None and trainer.rank == 0:
-            print(f'auto: {path_name(choice)} ({how})', flush=True)
-
-    @staticmethod
-    def time_path(trainer, choice, timed=3):
-        """Median seconds per step of `choice` (after one untimed step)."""
-        set_attention_path(trainer.model, choice[1])
-        return median(measure.timed_steps(trainer, choice[0], warm=1, timed=timed))
-
-    def choose(self, trainer, candidates):
-        """(choice, how it was made): the remembered one if this run's steps agree with its
-        figure, else the fastest measured now, remembered only if the machine was not busy."""
-        config = trainer.config
-        key = path_cache_key(trainer.model, config.batch_size, len(trainer.train_dataset[0][1]))
-        cache = read_path_cache(config.path_cache)
-        found, note = remembered(cache.get(key), candidates), ''
-        if found is not None:
-            choice, then = found
-            now = self.time_path(trainer, choice)
-            if max(now, then) <= AGREE * min(now, then):
-                return choice, (f'cached for this machine in {config.path_cache}: {then:.3f} s per '
-                                f'step then, {now:.3f} s now')
-            note = f'; the cached {path_name(choice)} took {then:.3f} s per step then, {now:.3f} s now'
-        meter = LoadMeter(trainer.clock, trainer.cpu_times)
-        seconds = {c: self.time_path(trainer, c) for c in candidates}
-        choice = min(candidates, key=seconds.get)
-        how = 'measured, median of 3 steps: ' + ', '.join(
-            f'{path_name(c)} {seconds[c]:.3f} s' for c in candidates) + note
-        others = meter.others()
-        if busy(others):
-            how += (f'; not remembered: other processes used {others:.0%} of the CPUs while it '
-                    'was measured')
-        elif config.path_cache is not None and trainer.rank == 0:
-            cache[key] = {'choice': list(choice),
-                          'seconds': {path_name(c): round(s, 6) for c, s in seconds.items()}}
-            write_path_cache(config.path_cache, cache)
-        return choice, how
+def choose(timer, candidates, cache_path, meter, check=True, remember=True):
+    """(choice, how it was made; None where nothing was measured or remembered) for training
+    timer.model: the remembered one if this run's steps agree with its figure (check=False, a
+    run too short for the choice to matter: taken unchecked), else the fastest measured now,
+    remembered (where `remember`) only if the machine was not busy while it was measured
+    (`meter`, a cpu_load.LoadMeter started before the plan's steps)."""
+    key = path_cache_key(timer.model, timer.config.batch_size, len(timer.dataset[0][1]))
+    cache = read_path_cache(cache_path)
+    found, note = remembered(cache.get(key), candidates), ''
+    if found is not None:
+        choice, then = found
+        if not check:
+            return choice, (f'cached for this machine in {cache_path}: {then:.3f} s per step '
+                            'then; not timed for one epoch')
+        now = time_path(timer, choice)
+        if max(now, then) <= AGREE * min(now, then):
+            return choice, (f'cached for this machine in {cache_path}: {then:.3f} s per '
+                            f'step then, {now:.3f} s now')
+        note = f'; the cached {path_name(choice)} took {then:.3f} s per step then, {now:.3f} s now'
+    if not check:
+        return candidates[0], None
+    seconds = {c: time_path(timer, c) for c in candidates}
+    choice = min(candidates, key=seconds.get)
+    how = 'measured, median of 3 steps: ' + ', '.join(
+        f'{path_name(c)} {seconds[c]:.3f} s' for c in candidates) + note
+    others = meter.others()
+    if busy(others):
+        how += (f'; not remembered: other processes used {others:.0%} of the CPUs while it '
+                'was measured')
+    elif remember and cache_path is not None:
+        cache[key] = {'choice': list(choice),
+                      'seconds': {path_name(c): round(s, 6) for c, s in seconds.items()}}
+        write_path_cache(cache_path, cache)
+    return choice, how

@@ -8,13 +8,12 @@ reached: docs/cpu-recipe.md.
 - BornViewMix (cpu-20min, cpu-45min): pretraining, and finetuning after it, on short views of each
   wiki.txt line mixed with the training questions;
 - LeadInDataset (cpu-rehearsal): finetuning also rehearses the corpus, led by "Where was ";
-- the slow-machine model (cpu-20min, cpu-45min): where a few timed steps say the preset's model
-  fits too few steps into the budget here, a shallower one (presets.slow_machine).
+- the slow-machine model (cpu-20min, cpu-45min): where the run's plan (plan.py) times the
+  preset's model and it fits too few steps into the budget here, a shallower one
+  (presets.slow_machine).
 """
-import math
 import random
 import re
-import time
 
 import torch
 from torch.utils.data import ConcatDataset, Dataset
@@ -24,17 +23,14 @@ from engine import devices
 from engine import distributed
 from engine import inputs
 from engine import presets
-import trainer
-from engine.budget import steps_that_fit
-from engine.cpu_paths import ChoosePaths
 from dataset import PAD_CHAR
 
 
-def prepare(args, stage, pretrain_dataset, data, schedule_length, device, clock=time.time):
-    """(The training set, the length its schedule counts, the model) of the recipe of
-    args.preset for `stage` ('pretrain', 'finetune_pretrained', 'finetune_scratch'; None to
-    evaluate), where `data` and `schedule_length` are the handout's. `clock` times the steps
-    that choose the slow-machine model (tests drive their own)."""
+def prepare(args, stage, pretrain_dataset, data, schedule_length, device):
+    """(The training set, the length its schedule counts, the model, the slow-machine model for
+    the run's plan or None: model_for) of the recipe of args.preset for `stage` ('pretrain',
+    'finetune_pretrained', 'finetune_scratch'; None to evaluate), where `data` and
+    `schedule_length` are the handout's."""
     mix = presets.mix(args.preset)
     lead = presets.rehearsal_lead(args.preset)
     if mix is not None and stage in ('pretrain', 'finetune_pretrained'):
@@ -44,9 +40,8 @@ def prepare(args, stage, pretrain_dataset, data, schedule_length, device, clock=
         schedule_length = len(data)  # the handout's schedule counts the corpus's length; a mix, its own
     elif lead is not None and stage == 'finetune_pretrained':
         data = ConcatDataset([data, LeadInDataset(pretrain_dataset, lead)])
-    gpt = model_for(args, data if stage == 'pretrain' else None, pretrain_dataset.vocab_size,
-                    pretrain_dataset.block_size, device, clock)
-    return data, schedule_length, gpt
+    gpt, smaller = model_for(args, pretrain_dataset.vocab_size, pretrain_dataset.block_size, device)
+    return data, schedule_length, gpt, smaller
 
 
 def mixed(pretrain_dataset, questions, mix, args):
@@ -161,53 +156,24 @@ def saved_state(args):
     return None
 
 
-def model_for(args, data, vocab_size, block_size, device, clock=time.time):
-    """The model to train, or to read params into: the preset's (command.build_model); for a
-    preset with a model for slow machines (presets.slow_machine), that one where the params or
-    the checkpoint resumed are of its depth, or where a budgeted pretraining's preset model fits
-    fewer steps into the budget here than it asks for and than the slow model's rule names
-    (steps_here, on `clock`)."""
+def model_for(args, vocab_size, block_size, device):
+    """(The model to train, or to read params into; None or (build, below_steps): the model for
+    a slow machine, which the run's plan (plan.py) builds and trains instead where the preset's
+    fits fewer than below_steps steps into the budget here). The preset's model
+    (command.build_model); for a preset with a model for slow machines (presets.slow_machine),
+    that one where the params or the checkpoint resumed are of its depth."""
     slow = presets.slow_machine(args.preset)
     if slow is None:
-        return command.build_model(args, vocab_size, block_size, device)
+        return command.build_model(args, vocab_size, block_size, device), None
     saved = saved_state(args)
     if saved is not None:
         smaller = inputs.layers_of(saved) == slow['model']['n_layer']
         return command.build_model(args, vocab_size, block_size, device,
-                                   **(slow['model'] if smaller else {}))
-    randoms = devices.random_states(device)  # the smaller model is initialised as if built first
+                                   **(slow['model'] if smaller else {})), None
+    randoms = devices.random_states(device)
     gpt = command.build_model(args, vocab_size, block_size, device)
-    if args.function != 'pretrain':
-        return gpt
-    steps, step, minutes, chosen = steps_here(gpt, data, args, device, clock)
-    if steps is None or steps >= slow['below_steps']:
-        if chosen is not None:  # measured once: the run trains in the precision (and, set on
-            args.precision = chosen  # the model, the attention path) the probe chose
-        return gpt
-    if distributed.rank() == 0:
-        print(f'the {args.preset} preset: its {inputs.layers_of(gpt.state_dict())}-layer model fits '
-              f'{steps:,} steps ({step:.3f} s each) into the {minutes:g} min of pretraining here, '
-              f'fewer than {slow["below_steps"]:,}: pretraining a {slow["model"]["n_layer"]}-layer '
-              'model instead (src/engine/presets.py)', flush=True)
-    devices.set_random_states(randoms, device)
-    return command.build_model(args, vocab_size, block_size, device, **slow['model'])
 
-
-def steps_here(gpt, data, args, device, clock):
-    """(Steps of gpt's pretraining that fit into its time budget here, seconds per step, the
-    budget in minutes, the precision chosen), timed on a few steps (undone) in the precision and
-    attention path the run would choose (cpu_paths.ChoosePaths, which sets the path on gpt); the
-    fewest of any rank. The steps are None without a budget (nothing timed, nothing chosen), or
-    where it holds every step asked for (a short run: the budget changes nothing)."""
-    tconf, minutes = command.trainer_config(args, 'pretrain', len(data), device)
-    if tconf.time_budget is None:
-        return None, None, minutes, None
-    probe = trainer.Trainer(gpt, data, None, tconf)
-    probe.precision = tconf.precision
-    probe.wrapped_model()
-    ChoosePaths().on_train_start(probe)
-    steps, step = steps_that_fit(probe, args.started, clock)
-    probe.wrapped = None  # (under torchrun: the DDP wrapper lets go of the model)
-    steps = int(distributed.agree(steps, device, 'min'))
-    asked = tconf.max_epochs * math.ceil(len(data) / tconf.batch_size)
-    return (steps if steps < asked else None), step, minutes, probe.precision
+    def build():  # initialised as if it had been built first
+        devices.set_random_states(randoms, device)
+        return command.build_model(args, vocab_size, block_size, device, **slow['model'])
+    return gpt, (build, slow['below_steps']) if args.function == 'pretrain' else None

@@ -630,6 +630,32 @@ def test_run_autograder_grades_a_submission_into_results_json(built, tmp_path):
     assert results['score'] == sum(t['score'] for t in results['tests'])
 
 
+def test_gradescope_results_are_rewritten_as_each_group_of_checks_ends(built, tmp_path,
+                                                                       monkeypatch):
+    """A run stopped by Gradescope's time limit leaves what was judged: results.json is written
+    after the layout, after the params and thresholds, and at the end, each time whole."""
+    import gradescope
+    written = []
+    real = gradescope.write_results
+
+    def write(path, results):
+        real(path, results)
+        written.append(json.loads(open(path).read()))
+    monkeypatch.setattr(gradescope, 'write_results', write)
+    out = tmp_path / 'results.json'
+    status = grade.main([str(built['perceiver_zip']), '--data_dir', str(built['data']),
+                         '--gradescope', str(out), '--draws', '2000',
+                         *([] if SANDBOX else ['--no-sandbox'])])
+    assert status == 0 and len(written) == 3, [w['output'] for w in written]
+    first, second, last = written
+    assert 'Still grading (threshold, params, reproduction, dataset)' in first['output']
+    assert {t['name'].split(':')[0] for t in first['tests']} == {'layout'}
+    assert 'Still grading (dataset)' in second['output']
+    assert not any(t['name'].startswith('dataset:') for t in second['tests'])
+    assert 'Still grading' not in last['output'] and last == json.loads(out.read_text())
+    assert any(t['name'].startswith('dataset:') for t in last['tests'])
+
+
 def test_gradescope_results_say_why_when_nothing_can_be_graded(built, tmp_path):
     """A setup the grader refuses still leaves a results.json (zero, and the reason) for the
     student to read, instead of Gradescope's bare 'autograder failed'."""

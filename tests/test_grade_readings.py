@@ -66,7 +66,30 @@ def test_a_length_fixed_only_for_the_shortest_truncations_is_reported_not_failed
     # randint(1, 2*(t//4)-1) masks exactly 1 character for t = 4..7
     results, _ = judged(tmp_path, student_datasets.source(**PASSING['randint(1, 2*(t//4)-1)']))
     ok, detail = results['masked_length_mean']
-    assert ok is True and 'fixed at truncated lengths 4, 5, 6, 7 (allowed)' in detail
+    assert ok is True and 'fixed at truncated lengths 4..7 always 1 (allowed)' in detail
+
+
+def test_the_short_lengths_fixed_are_judged_on_truncated_draws_and_say_their_value():
+    """A dataset fixed at 1 masked character wherever it cuts a document to 4..7, and at 0 at 8
+    (empty masked content), that masks a whole 5-character document by another rule: the whole
+    document's draws no longer hide lengths 5..7, and each run says its value."""
+    import random
+    draw = random.Random(0)
+    masked, truncated, documents = [], [], []
+    for _ in range(3000):
+        t = draw.randint(4, 112)
+        masked.append(1 if t < 8 else 0 if t == 8 else draw.randint(1, t // 2))
+        truncated.append(t)
+        documents.append(300)
+    for _ in range(40):  # the whole 5-character document: 1 or 2 masked
+        masked.append(draw.randint(1, 2))
+        truncated.append(5)
+        documents.append(5)
+    assert spec_check.fixed_short(masked, truncated, documents) == \
+        '4..7 always 1, 8 always 0 (empty masked content)'
+    ok, detail = spec_check.masked_length_check(masked, truncated, documents, band=100)
+    assert ok and detail.endswith('fixed at truncated lengths 4..7 always 1, 8 always 0 (empty '
+                                  'masked content) (allowed)'), detail
 
 
 def test_the_bound_is_empirical_bernstein_and_narrower_than_hoeffding():

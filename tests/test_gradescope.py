@@ -33,6 +33,7 @@ def test_the_shipped_rubric_loads_and_names_every_group():
     ('{"dataset": NaN}', "'dataset' is worth nan"),
     ({'layout': {'points': 1, 'visibility': 'secret'}}, "visibility 'secret'"),
     ({'layout': {'points': 1, 'hidden': True}}, "'layout' has 'hidden'"),
+    ({'visibility': 'later'}, "visibility 'later'"),
     ('[1, 2]', 'expected an object'),
     ('{"layout": ', 'not JSON'),
 ])
@@ -65,14 +66,17 @@ def test_a_row_becomes_gradescopes_results_with_the_rubrics_points(tmp_path):
     assert tests['threshold: vanilla.pretrain.dev >= 10%'] == dict(
         name='threshold: vanilla.pretrain.dev >= 10%', score=10, max_score=10, status='passed',
         output='12%', visibility='visible')
+    # a check not judged (no answers for it) is informational: no points either way
     unjudged = tests['threshold: synthesizer.pretrain.test >= 5%']
-    assert (unjudged['score'], unjudged['max_score'], unjudged['status'], unjudged['visibility']) \
-        == (0, 7, 'failed', 'hidden') and unjudged['output'].startswith('not judged: ')
+    assert set(unjudged) == {'name', 'output', 'visibility'} and unjudged['visibility'] == 'hidden'
+    assert unjudged['output'].startswith('not judged: ')
+    assert 'max_score' not in tests['dataset: rearranged']
     assert tests['params: vanilla.finetune.params loads']['score'] == 0
     assert tests['reproduction: vanilla.nopretrain.dev.predictions']['output'] == \
         'its params do not load'
-    assert tests['dataset: rearranged']['status'] == 'failed'
+    assert tests['dataset: vocab']['status'] == 'passed'
     assert results['score'] == 2 + 10 + 1 + 3 + 1
+    assert results['visibility'] == 'visible'  # the total, at once
     assert 'london' not in {n.split(':')[0] for n in tests}  # rope's file only
 
 
@@ -80,4 +84,15 @@ def test_a_check_the_rubric_does_not_name_is_shown_for_no_points(tmp_path):
     rubric = gradescope.load_rubric(rubric_file(tmp_path, {'layout': 1}))
     results = gradescope.results_json(row(), rubric)
     assert results['score'] == 1
-    assert all(t['max_score'] == 0 for t in results['tests'] if not t['name'].startswith('layout'))
+    assert all(t['max_score'] == 0 for t in results['tests']
+               if not t['name'].startswith('layout') and 'not judged' not in t['output'])
+
+
+def test_the_results_visibility_is_the_rubrics_and_partial_results_say_so(tmp_path):
+    rubric = gradescope.load_rubric(rubric_file(tmp_path, {'layout': 1,
+                                                           'visibility': 'after_published'}))
+    assert 'visibility' not in {t['name'] for t in gradescope.results_json(row(), rubric)['tests']}
+    partial = gradescope.results_json(row(dataset={}, dataset_details={}), rubric, ['dataset'])
+    assert partial['visibility'] == 'after_published'
+    assert 'Still grading (dataset)' in partial['output']
+    assert 'Still grading' not in gradescope.results_json(row(), rubric)['output']

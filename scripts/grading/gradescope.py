@@ -15,7 +15,12 @@ The rubric (rubric.json; --rubric) gives each check's points: a key is a group o
 (`layout`, `london`, `threshold`, `params`, `reproduction`, `dataset`) or one check's full name
 (`threshold: vanilla.pretrain.dev >= 10%`), which wins over its group; a value is points, or
 {"points": P, "visibility": V} with Gradescope's visibility (visible, hidden, after_due_date,
-after_published). A check no key names is worth 0 points and still shown.
+after_published). A check no key names is worth 0 points and still shown. The key `visibility`
+alone is the results' own (the total's; default visible: a student sees the checks judged at
+once, those the rubric hides aside). A check that could not be judged (no held-out answers for
+it) is shown without points, as Gradescope's informational tests are, never as 0 of its maximum.
+grade.py rewrites results.json as each group of checks finishes, so a run stopped by Gradescope's
+timeout leaves what was judged.
 """
 import argparse
 import json
@@ -54,9 +59,15 @@ def load_rubric(path):
         raise RubricError(f'--rubric {path}: not JSON ({str(e).splitlines()[0][:80]})')
     if not isinstance(raw, dict):
         raise RubricError(f'--rubric {path}: expected an object of check: points')
-    rubric = {}
+    rubric = {'visibility': 'visible'}
     for key, value in raw.items():
         if key.startswith('_'):  # a comment
+            continue
+        if key == 'visibility':  # the results' own
+            if value not in VISIBILITY:
+                raise RubricError(f'--rubric {path}: visibility {value!r} (choose from '
+                                  f'{", ".join(VISIBILITY)})')
+            rubric[key] = value
             continue
         if key.split(':')[0] not in GROUPS:
             raise RubricError(f'--rubric {path}: {key!r} is no check (a key starts with one of '
@@ -111,23 +122,30 @@ def checks(r):
     return out
 
 
-def results_json(r, rubric):
-    """Gradescope's results.json (a dict) for one grade.py row, scored by `rubric`."""
+def results_json(r, rubric, still=None):
+    """Gradescope's results.json (a dict) for one grade.py row, scored by `rubric`; `still`: the
+    groups of checks not yet run (the results so far, said in the output)."""
     tests, score = [], 0.0
     for name, passed, output in checks(r):
         points, visibility = rubric.get(name, rubric.get(name.split(':')[0], (0, 'visible')))
+        if passed is None:  # informational: no points either way
+            tests.append(dict(name=name, output=f'not judged: {output}', visibility=visibility))
+            continue
         got = points if passed is True else 0
         score += got
         tests.append(dict(name=name, score=got, max_score=points,
-                          status='passed' if passed is True else 'failed',
-                          output=('not judged: ' if passed is None else '') + str(output),
+                          status='passed' if passed is True else 'failed', output=str(output),
                           visibility=visibility))
     problems = [e for e in r['errors'] if not e.endswith((': missing', ': empty'))]
     output = ('Graded as the ' + (f'{r["handout"]} handout ({r["year"]})' if r['handout']
                                   else 'unknown handout'))
     if problems:
         output += '. Problems: ' + '; '.join(problems)
-    return dict(score=score, output=output, tests=tests)
+    if still:
+        output += (f'. Still grading ({", ".join(still)}): if this stays, the run was stopped '
+                   'before it finished (Gradescope\'s time limit?)')
+    return dict(score=score, output=output, tests=tests,
+                visibility=rubric.get('visibility', 'visible'))
 
 
 def write_results(path, results):

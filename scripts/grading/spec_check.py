@@ -370,7 +370,7 @@ def check(report, handout, docs, pairs, band=DEFAULTS['masked_band']):
                                     f'start of the document {_short(docs[idx])!r}')
             continue
         if n >= SHORT:
-            split.append((len(content), n))
+            split.append((len(content), n, doc_length))
             starts.append(len(prefix) / n)
 
     for name, example in fails.items():
@@ -450,37 +450,61 @@ def bernstein_half_width(values, width, fail_probability=FAIL_PROBABILITY):
 
 
 def fixed_lengths(masked, truncated):
-    """The truncated lengths at which every draw masked the same number of characters: (those
-    from FIXED_FROM on, with at least FIXED_DRAWS draws each; every one judged there; the others)."""
+    """The truncated lengths from FIXED_FROM on at which every draw masked the same number of
+    characters (with at least FIXED_DRAWS draws each), and every one judged there."""
     by_length = {}
     for m, t in zip(masked, truncated):
         by_length.setdefault(t, []).append(m)
     judged = [t for t, ms in by_length.items() if t >= FIXED_FROM and len(ms) >= FIXED_DRAWS]
-    fixed = sorted(t for t, ms in by_length.items() if len(ms) >= 2 and len(set(ms)) == 1)
-    return [t for t in fixed if t >= FIXED_FROM], sorted(judged), [t for t in fixed if t < FIXED_FROM]
+    fixed = sorted(t for t in judged if len(set(by_length[t])) == 1)
+    return fixed, sorted(judged)
 
 
-def masked_length_check(masked, truncated, band=DEFAULTS['masked_band']):
+def fixed_short(masked, truncated, documents):
+    """Below FIXED_FROM, where the spec leaves little room: the truncated lengths at which
+    every draw cut from a longer document masked the same number of characters (2 draws or
+    more), in runs of one value, as text ('4..7 always 1'; None: none). A whole short document
+    is its own case (some datasets mask it by another rule): mixed in, it hid the lengths."""
+    by_length = {}
+    for m, t, d in zip(masked, truncated, documents):
+        if t < FIXED_FROM and d > t:
+            by_length.setdefault(t, []).append(m)
+    fixed = [(t, ms[0]) for t, ms in sorted(by_length.items())
+             if len(ms) >= 2 and len(set(ms)) == 1]
+    runs = []  # [first, last, value]
+    for t, m in fixed:
+        if runs and runs[-1][1] == t - 1 and runs[-1][2] == m:
+            runs[-1][1] = t
+        else:
+            runs.append([t, t, m])
+    return ', '.join(f'{a}{f"..{b}" if b > a else ""} always {m}' + (' (empty masked content)'
+                                                                    if m == 0 else '')
+                     for a, b, m in runs) or None
+
+
+def masked_length_check(masked, truncated, documents, band=DEFAULTS['masked_band']):
     """The masked length is a quarter of the truncated length on average, random: the mean gap
     (masked - truncated/4) over the draws, with its interval (bernstein_half_width), overlaps
     [-band, band] characters, so a dataset whose expected gap lies inside the band fails with
     probability below FAIL_PROBABILITY; and the length is not fixed at every truncated length
-    from FIXED_FROM on (a formula like n // 4). Fixed at the shortest lengths is reported only:
-    the spec leaves no room there (a 4-character document masks 1)."""
+    from FIXED_FROM on (a formula like n // 4). Fixed at the shortest lengths is reported only
+    (fixed_short): the spec leaves no room there (a 4-character document masks 1). `documents`:
+    the length of each draw's document."""
     n = len(masked)
     gaps = [m - t / 4 for m, t in zip(masked, truncated)]
     gap = sum(gaps) / n
     half = bernstein_half_width(gaps, max(truncated)) if n >= 2 else math.inf
     figure = (f'mean gap masked - truncated/4 {gap:+.2f} characters, interval '
               f'[{gap - half:+.2f}, {gap + half:+.2f}], band \u00b1{band:g} ({n} draws)')
-    fixed, judged, short = fixed_lengths(masked, truncated)
+    fixed, judged = fixed_lengths(masked, truncated)
+    short = fixed_short(masked, truncated, documents)
     if len(judged) >= FIXED_LENGTHS and fixed == judged:
         t = judged[len(judged) // 2]
         m = masked[truncated.index(t)]
         return False, (f'the masked length is fixed at every truncated length from {FIXED_FROM} '
                        f'on (e.g. always {m} at {t}): not random; {figure}')
     if short:
-        figure += f'; fixed at truncated lengths {", ".join(map(str, short))} (allowed)'
+        figure += f'; masked length fixed at truncated lengths {short} (allowed)'
     return abs(gap) - half <= band, figure
 
 

@@ -25,6 +25,7 @@ import spec_check  # noqa: E402
 import submission  # noqa: E402
 import unpack  # noqa: E402
 import student_datasets  # noqa: E402
+import user_sandbox  # noqa: E402
 
 DEV, TEST = 40, 30
 SANDBOX = spec_check.sandbox_problem() is None  # bubblewrap runs here (setup installs it)
@@ -583,6 +584,23 @@ def test_each_run_draws_a_fresh_corpus_recorded_and_repeatable(built, tmp_path, 
     assert f'dataset check: corpus and draws from seed {seeds[0]} (--seed {seeds[0]} repeats them)' in err
     assert rows[2]['dataset_details'] == rows[0]['dataset_details']
     assert rows[0]['dataset_details'] != rows[1]['dataset_details']
+
+
+@pytest.mark.skipif(not SANDBOX or user_sandbox.problem() is not None,
+                    reason='needs both sandboxes (bubblewrap; root and a reachable interpreter)')
+def test_the_user_sandbox_grades_a_complete_submission_as_bubblewrap_does(built, tmp_path):
+    """Where namespaces are refused the grader runs the probe as an unprivileged user: the same
+    submission and seed get the same row, the sandbox named in it."""
+    rows = {}
+    for kind in ('bubblewrap', 'user'):
+        (tmp_path / kind).mkdir()
+        status, [rows[kind]] = grade_all(built, tmp_path / kind, built['rope_zip'], extra=[
+            '--sandbox', kind, '--seed', '5', '--skip', 'reproduction'])
+        assert status == 0
+    assert rows['user']['dataset'] == rows['bubblewrap']['dataset'] == {p: True for p in PROPERTIES}
+    assert rows['user']['dataset_details'] == rows['bubblewrap']['dataset_details']
+    assert rows['bubblewrap']['sandbox'].startswith('bubblewrap')
+    assert rows['user']['sandbox'].startswith('unprivileged user')
 
 
 # ---- Gradescope: the autograder zip, run against a stand-in /autograder ------------------------

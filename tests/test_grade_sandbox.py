@@ -1,13 +1,17 @@
-"""The grader's sandbox (spec_check.sandbox_command, bubblewrap): a submission's dataset.py that
-looks around, reaches out or leaves something running gets nowhere, and a grader without
-bubblewrap refuses to run submission code unless told --no-sandbox.
+"""The grader's sandboxes: a submission's dataset.py that looks around, reaches out or leaves
+something running gets nowhere, under bubblewrap (spec_check.sandbox_command) and, where
+namespaces are refused (Gradescope's Docker container), as an unprivileged user
+(user_sandbox); a grader with neither refuses to run submission code unless told --no-sandbox.
 
 Each hostile dataset.py acts when imported, then raises with what it saw: the probe reports the
 error, and the test reads it there. The tests that need bubblewrap skip where it cannot run
-(scripts/setup.sh installs it where it can)."""
+(scripts/setup.sh installs it where it can); those of the user sandbox where the tests do not run
+as root or the interpreter is closed to other users (.ci/run opens it)."""
 import os
+import shutil
 import socket
 import sys
+import tempfile
 import time
 
 import pytest
@@ -17,19 +21,23 @@ from conftest import REPO
 sys.path.insert(0, os.path.join(REPO, 'scripts', 'grading'))
 import grade  # noqa: E402
 import spec_check  # noqa: E402
+import user_sandbox  # noqa: E402
 
 PROBLEM = spec_check.sandbox_problem()
 needs_bwrap = pytest.mark.skipif(PROBLEM is not None, reason=f'no sandbox here: {PROBLEM}')
+USER_PROBLEM = user_sandbox.problem()
+needs_user = pytest.mark.skipif(USER_PROBLEM is not None, reason=f'no user sandbox: {USER_PROBLEM}')
+KINDS = [pytest.param('bubblewrap', marks=needs_bwrap), pytest.param('user', marks=needs_user)]
 
 
-def seen(tmp_path, code, isolate=True, wall_seconds=60):
+def seen(tmp_path, code, isolate='bubblewrap', wall_seconds=60, hidden=()):
     """What a dataset.py running `code` on import reported (its exception's text)."""
     src = tmp_path / 'src'
     src.mkdir(exist_ok=True)
     (src / 'dataset.py').write_text(code + '\nraise RuntimeError("seen " + repr(SEEN))\n')
     request, _, _ = spec_check.request_for(draws=spec_check.MIN_DRAWS)
     report, why = spec_check.run_probe(str(src), str(tmp_path / 'sandbox'), request,
-                                       wall_seconds, isolate=isolate)
+                                       wall_seconds, isolate=isolate, hidden=hidden)
     assert why is None and 'seen ' in report.get('error', ''), (why, report)
     return report['error'].split('seen ', 1)[1]
 
@@ -60,8 +68,8 @@ except OSError as e:
         server.close()
 
 
-@needs_bwrap
-def test_the_child_writes_only_in_its_sandbox(tmp_path):
+@pytest.mark.parametrize('kind', KINDS)
+def test_the_child_writes_only_in_its_sandbox(tmp_path, kind):
     planted = [os.path.join(REPO, 'scripts', 'grading', 'planted.py'),
                os.path.join(sys.prefix, 'planted.pth'), os.path.join(REPO, 'planted.txt'),
                str(tmp_path / 'outside.txt')]
@@ -74,7 +82,7 @@ for path in {planted!r} + [os.path.join(os.getcwd(), 'inside.txt')]:
         SEEN.append('wrote')
     except OSError:
         SEEN.append('refused')'''
-    assert eval(seen(tmp_path, code)) == ['refused'] * len(planted) + ['wrote']
+    assert eval(seen(tmp_path, code, kind)) == ['refused'] * len(planted) + ['wrote']
     assert not any(os.path.exists(p) for p in planted)
 
 
@@ -91,12 +99,21 @@ SEEN = 'forked'
 '''
 
 
-@needs_bwrap
-def test_nothing_the_child_starts_outlives_it(tmp_path):
-    marker = str(tmp_path / 'sandbox' / 'survivor.txt')  # writable to the child
-    assert seen(tmp_path, DOUBLE_FORK.format(marker=marker)) == "'forked'"
-    time.sleep(3)
-    assert not os.path.exists(marker)
+@pytest.mark.parametrize('kind', KINDS)
+def test_nothing_the_child_starts_outlives_it(tmp_path, kind):
+    if kind == 'bubblewrap':
+        marker = str(tmp_path / 'sandbox' / 'survivor.txt')  # writable to the child
+    else:  # a folder the user may write in, which outlives its run
+        shared = tempfile.mkdtemp(prefix='a5-test-')
+        os.chmod(shared, 0o777)
+        marker = os.path.join(shared, 'survivor.txt')
+    try:
+        assert seen(tmp_path, DOUBLE_FORK.format(marker=marker), kind) == "'forked'"
+        time.sleep(3)
+        assert not os.path.exists(marker)
+    finally:
+        if kind == 'user':
+            shutil.rmtree(shared)
 
 
 def test_without_the_sandbox_a_double_fork_outlives_the_kill(tmp_path):
@@ -111,7 +128,9 @@ def test_without_the_sandbox_a_double_fork_outlives_the_kill(tmp_path):
 
 
 def test_without_bubblewrap_the_grader_refuses_unless_told(tmp_path, monkeypatch, capsys):
+    """Neither sandbox (no bubblewrap; the user sandbox stood in as impossible): refused."""
     monkeypatch.setattr(spec_check.shutil, 'which', lambda name: None)
+    monkeypatch.setattr(user_sandbox, 'problem', lambda: 'the grader is not root')
     monkeypatch.chdir(tmp_path)
     (tmp_path / 'sub').mkdir()
     assert grade.main(['sub', '--data_dir', str(tmp_path)]) == 2
@@ -163,9 +182,11 @@ def test_a_report_the_submission_writes_itself_is_its_failure(tmp_path, forgery)
     src = tmp_path / 'src'
     src.mkdir()
     (src / 'dataset.py').write_text(FORGER.format(report=report))
-    got, why = spec_check.run_probe(str(src), str(tmp_path / 'sandbox'), request,
-                                    isolate=PROBLEM is None)
-    assert got is None and 'not the probe\'s' in why, why
+    for kind in ('bubblewrap', 'user', None):
+        if {'bubblewrap': PROBLEM, 'user': USER_PROBLEM}.get(kind) is None:
+            got, why = spec_check.run_probe(str(src), str(tmp_path / f'sandbox-{kind}'), request,
+                                            isolate=kind)
+            assert got is None and 'not the probe\'s' in why, (kind, why)
 
 
 @pytest.mark.parametrize('change', [
@@ -182,3 +203,85 @@ def test_a_malformed_report_is_named_not_a_grader_error(change):
     report = real_report(request)
     change(report)
     assert spec_check.report_problem(report, request) is not None
+
+
+# ---- the user sandbox: what another user may not do ---------------------------------------------
+
+@needs_user
+def test_the_user_cannot_read_what_the_grader_hides_and_the_modes_come_back(tmp_path):
+    """The held-out answers and their folder, made unreadable by the grader itself for the run
+    (whatever modes they were unpacked with: 0644 and 0755 here), back as they were after."""
+    shared = tempfile.mkdtemp(prefix='a5-test-')  # (pytest's own folders are closed to others)
+    try:
+        os.chmod(shared, 0o755)
+        data = os.path.join(shared, 'data')
+        os.mkdir(data, 0o755)
+        answers = os.path.join(data, 'birth_test_answers.tsv')
+        with open(answers, 'w') as f:
+            f.write('Who?\tParis\n')
+        os.chmod(answers, 0o644)
+        code = f'''import os
+SEEN = []
+for path in [{answers!r}, {data!r}]:
+    try:
+        open(path).read() if path.endswith('.tsv') else os.listdir(path)
+        SEEN.append('read')
+    except OSError as e:
+        SEEN.append(type(e).__name__)'''
+        assert eval(seen(tmp_path, code, 'user', hidden=[data, answers])) == \
+            ['PermissionError', 'PermissionError']
+        assert os.stat(answers).st_mode & 0o777 == 0o644
+        assert os.stat(data).st_mode & 0o777 == 0o755
+        # unhidden, the same user reads them: the test can fail
+        (tmp_path / 'again').mkdir()
+        assert eval(seen(tmp_path / 'again', code, 'user')) == ['read', 'read']
+    finally:
+        shutil.rmtree(shared)
+
+
+@needs_user
+def test_a_fork_bomb_stops_at_the_users_process_cap(tmp_path):
+    code = '''import os, time
+children = 0
+try:
+    for _ in range(1000):
+        if os.fork() == 0:
+            time.sleep(30)
+            os._exit(0)
+        children += 1
+except OSError:
+    pass
+SEEN = children'''
+    assert 0 < int(seen(tmp_path, code, 'user')) < user_sandbox.PROCESSES
+    assert user_sandbox.processes_of(user_sandbox.account().pw_uid) == []
+
+
+@needs_user
+def test_many_files_together_end_the_run_and_what_was_left_in_tmp_goes(tmp_path, monkeypatch):
+    """Each file under the per-file cap, together past the disk cap (4 MiB here): the watchdog
+    ends the run with the reason; the files the user put in /tmp are removed after it."""
+    monkeypatch.setattr(user_sandbox, 'DISK_CAP', 4 << 20)
+    src = tmp_path / 'src'
+    src.mkdir()
+    (src / 'dataset.py').write_text('''import os, time
+for i in range(12):
+    with open(f'/tmp/a5-left-{os.getpid()}-{i}', 'wb') as f:
+        f.write(b'x' * (1 << 20))
+time.sleep(60)
+''')
+    request, _, _ = spec_check.request_for(draws=spec_check.MIN_DRAWS)
+    got, why = spec_check.run_probe(str(src), str(tmp_path / 'sandbox'), request, 120,
+                                    isolate='user')
+    assert got is None and 'wrote more than 4 MiB' in why, why
+    assert not [n for n in os.listdir('/tmp') if n.startswith('a5-left-')]
+
+
+@needs_user
+def test_auto_falls_back_to_the_user_sandbox_and_says_so(monkeypatch):
+    """Where bubblewrap cannot start (stood in for), auto takes the user sandbox, and the
+    reports name it."""
+    monkeypatch.setattr(spec_check, 'sandbox_problem', lambda: 'bubblewrap cannot start here')
+    assert spec_check.sandbox_kind('auto') == ('user', None)
+    assert spec_check.sandbox_kind('bubblewrap')[1] == 'bubblewrap cannot start here'
+    assert spec_check.sandbox_kind('none') == (None, None)
+    assert 'unprivileged user' in spec_check.sandbox_name('user')

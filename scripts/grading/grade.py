@@ -372,7 +372,8 @@ class Grader:
             request, docs, pairs = self.request()
             report, why = spec_check.run_probe(src, os.path.join(work, 'sandbox'), request,
                                                self.args.dataset_wall_seconds,
-                                               isolate=not self.args.no_sandbox)
+                                               isolate=self.args.sandbox_kind,
+                                               hidden=self.hidden())
             if report is None:
                 results = {p: (False, why) for p in spec_check.PROPERTIES}
             else:
@@ -384,14 +385,24 @@ class Grader:
         r['warnings'] += warnings
         r['dataset'] = {p: ok for p, (ok, _) in results.items()}
         r['dataset_seed'] = self.args.seed
+        r['sandbox'] = spec_check.sandbox_name(self.args.sandbox_kind)
         r['dataset_details'] = {p: detail for p, (_, detail) in results.items()}
+
+    def hidden(self):
+        """What a probe run as another user must not reach: the grader's files, the data (the
+        held-out answers), where the results go."""
+        a = self.args
+        return [os.path.join(REPO, 'src'), os.path.join(REPO, 'scripts'),
+                os.path.join(REPO, 'data'), a.data_dir, a.test_answers,
+                *(os.path.dirname(os.path.abspath(p)) for p in (a.gradescope, a.json) if p)]
 
 
 def empty_result(path):
     """A submission's result before any check (the keys of --json, README)."""
     return dict(submission=path, handout=None, year=None, layout_ok=False, errors=[],
                 warnings=[], notes=[], extra_files=[], accuracy={}, thresholds={}, params={},
-                reproduced={}, verified={}, differences={}, dataset={}, dataset_details={}, dataset_seed=None)
+                reproduced={}, verified={}, differences={}, dataset={}, dataset_details={}, dataset_seed=None,
+                sandbox=None)
 
 
 def _data_file(folder, name):
@@ -535,7 +546,7 @@ def report_md(results):
                        + ('no (its params do not load)' if frac is None else f'{frac:.2%}')
                        + ''.join(f'\n  - {md(d)}' for d in r['differences'].get(name, [])))
         if r['dataset_seed'] is not None:
-            out.append(f'- dataset check seed: {r["dataset_seed"]}')
+            out.append(f'- dataset check seed: {r["dataset_seed"]}, sandbox: {r["sandbox"]}')
         for name, ok in r['dataset'].items():
             out.append(f'- dataset {name}: {"not judged" if ok is None else "pass" if ok else "FAIL"} '
                        f'({md(r["dataset_details"][name])})')
@@ -603,10 +614,15 @@ def parse_args(argv=None):
                          'results are those of one at a time)')
     ap.add_argument('--skip', action='append', choices=('reproduction', 'dataset'), default=[],
                     help='leave out a check (repeatable): its key in --json stays empty')
+    ap.add_argument('--sandbox', choices=('auto', 'bubblewrap', 'user', 'none'), default='auto',
+                    help='where submissions\' dataset.py runs: bubblewrap\'s namespaces; an '
+                         'unprivileged user (the grader running as root, where namespaces are '
+                         'refused, as in Gradescope\'s Docker container); none (your user). '
+                         'auto (default): bubblewrap where it runs, else the user')
     ap.add_argument('--no_sandbox', '--no-sandbox', action='store_true',
-                    help='run submissions\' dataset.py without bubblewrap (only where it cannot '
-                         'be installed): their code then runs as your user, can read what you '
-                         'can, reach the network and start processes that outlive the grader')
+                    help='--sandbox none (only where neither sandbox can run): their code then '
+                         'runs as your user, can read what you can, reach the network and start '
+                         'processes that outlive the grader')
     checks = ap.add_argument_group('the dataset check')
     checks.add_argument('--draws', type=int, default=spec_check.DEFAULTS['draws'],
                         help='examples drawn from the CharCorruptionDataset (default %(default)s)')
@@ -671,12 +687,18 @@ def check_args(args):
                     break
         if problem is not None:
             raise UsageError(f'--out {args.out}: {problem}')
-    if not args.no_sandbox and 'dataset' not in args.skip:
-        problem = spec_check.sandbox_problem()
+    if args.no_sandbox:
+        args.sandbox = 'none'
+    args.sandbox_kind = None
+    if args.sandbox != 'none' and 'dataset' not in args.skip:
+        args.sandbox_kind, problem = spec_check.sandbox_kind(args.sandbox)
         if problem is not None:
             raise UsageError(f'{problem}: submissions\' dataset.py would run as your user, with '
-                             'your files and network; install it, or pass --no-sandbox to accept '
-                             'that risk')
+                             'your files and network; install bubblewrap, run the grader as root '
+                             '(--sandbox user), or pass --no-sandbox to accept that risk')
+        if args.sandbox_kind == 'user' and args.jobs > 1:  # (one user: its probes would meet)
+            raise UsageError('--jobs must be 1 where the dataset check runs as another user '
+                             '(bubblewrap cannot run here)')
 
 
 def main(argv=None):

@@ -141,6 +141,8 @@ def results_json(r, rubric, still=None):
                                   else 'unknown handout'))
     if problems:
         output += '. Problems: ' + '; '.join(problems)
+    if r.get('sandbox'):
+        output += f'. The dataset check ran in its sandbox: {r["sandbox"]}'
     if still:
         output += (f'. Still grading ({", ".join(still)}): if this stays, the run was stopped '
                    'before it finished (Gradescope\'s time limit?)')

@@ -28,6 +28,8 @@ import subprocess
 import sys
 import threading
 
+import user_sandbox
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROBE = os.path.join(HERE, 'dataset_probe.py')
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -145,24 +147,82 @@ def sandbox_command(argv, folder):
     return cmd + ['--remount-ro', '/', '--'] + argv
 
 
-def run_probe(src, sandbox, request, wall_seconds=DEFAULTS['wall_seconds'], isolate=True):
+SANDBOXES = ('bubblewrap', 'user', None)  # None: the grader's own user (--no-sandbox)
+
+
+def sandbox_kind(asked='auto'):
+    """(The sandbox the dataset check runs in, None where it cannot run, and why not): asked
+    'auto', bubblewrap where it runs, else another user (user_sandbox) where the grader is root;
+    'none': the grader's own user."""
+    if asked == 'none':
+        return None, None
+    why = sandbox_problem() if asked in ('auto', 'bubblewrap') else None
+    if asked == 'bubblewrap' or (asked == 'auto' and why is None):
+        return ('bubblewrap', None) if why is None else ('bubblewrap', why)
+    other = user_sandbox.problem()
+    if other is None:
+        return 'user', None
+    return 'user', other if why is None else f'{why}; and {other}'
+
+
+def sandbox_name(kind):
+    """How a report names the sandbox a check ran in."""
+    if kind == 'user':
+        return f'unprivileged user {user_sandbox.account().pw_name} (no namespaces here)'
+    return {'bubblewrap': 'bubblewrap (namespaces)', None: 'none: the grader\'s own user'}[kind]
+
+
+def run_probe(src, sandbox, request, wall_seconds=DEFAULTS['wall_seconds'], isolate='bubblewrap',
+              hidden=()):
     """(report, None) from dataset_probe.py run on a copy of `src` in the folder `sandbox`, or
-    (None, why it gave none). isolate: under bubblewrap (sandbox_command); False runs it as
-    the grader's user, with the limits above only (grade.py --no-sandbox)."""
+    (None, why it gave none). isolate: 'bubblewrap' (sandbox_command; True too), 'user'
+    (user_sandbox: in a folder of its own under /tmp, `hidden` out of its reach), or None
+    (False): as the grader's user, with the limits above only (grade.py --no-sandbox)."""
+    isolate = {True: 'bubblewrap', False: None}.get(isolate, isolate)
     os.makedirs(sandbox)
-    shutil.copytree(src, os.path.join(sandbox, 'src'), symlinks=True,
-                    ignore=shutil.ignore_patterns('__pycache__'))
-    with open(os.path.join(sandbox, 'request.json'), 'w', encoding='utf-8') as f:
+    user = folder = watchdog = None
+    if isolate == 'user':
+        user = user_sandbox.account()
+        folder = user_sandbox.Folder(user, PROBE, src)
+        work, probe = folder.work, folder.probe
+    else:
+        work, probe = sandbox, PROBE
+        shutil.copytree(src, os.path.join(sandbox, 'src'), symlinks=True,
+                        ignore=shutil.ignore_patterns('__pycache__'))
+    with open(os.path.join(work, 'request.json'), 'w', encoding='utf-8') as f:
         json.dump(request, f)
-    env = {'PATH': '/usr/bin:/bin', 'HOME': sandbox, 'TMPDIR': sandbox, 'LANG': 'C.UTF-8',
+    env = {'PATH': '/usr/bin:/bin', 'HOME': work, 'TMPDIR': work, 'LANG': 'C.UTF-8',
            'LC_ALL': 'C.UTF-8', 'OMP_NUM_THREADS': '1', 'MKL_NUM_THREADS': '1'}
-    argv = [sys.executable, '-I', '-B', PROBE, 'request.json']
-    if isolate:
-        argv = sandbox_command(argv, os.path.abspath(sandbox))
-    proc = subprocess.Popen(argv, cwd=sandbox,
-                            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, start_new_session=True,
-                            preexec_fn=_limit_files)
+    argv = [sys.executable, '-I', '-B', probe, 'request.json']
+    hiding = user_sandbox.Hidden(hidden if isolate == 'user' else ())
+    hiding.__enter__()
+    try:
+        if isolate == 'user':
+            proc = user_sandbox.popen_as(user, argv, work, env, subprocess.PIPE, _limit_files)
+            watchdog = user_sandbox.Watchdog(user.pw_uid, work, lambda: user_sandbox.end_all(user))
+            watchdog.start()
+        else:
+            if isolate == 'bubblewrap':
+                argv = sandbox_command(argv, os.path.abspath(sandbox))
+            proc = subprocess.Popen(argv, cwd=sandbox,
+                                    env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.DEVNULL, start_new_session=True,
+                                    preexec_fn=_limit_files)
+        end = (lambda: user_sandbox.end_all(user)) if user is not None else None
+        return _read_report(proc, request, wall_seconds, isolate, watchdog, end)
+    finally:
+        if user is not None:  # every process of the user, then its files, before unhiding
+            if watchdog is not None:
+                watchdog.stop()
+            user_sandbox.end_all(user)
+            user_sandbox.remove_owned(user.pw_uid)
+            folder.close()
+        hiding.__exit__(None, None, None)
+
+
+def _read_report(proc, request, wall_seconds, isolate, watchdog=None, end=None):
+    """(report, None) or (None, why) from the probe process `proc` (see run_probe); end(): ends
+    every process the probe may have left (its session's are killed in any case)."""
     chunks, size = [], [0]
 
     def read():  # at most REPORT_CAP bytes kept; the rest is read and dropped
@@ -182,11 +242,15 @@ def run_probe(src, sandbox, request, wall_seconds=DEFAULTS['wall_seconds'], isol
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        if end is not None:  # (also what left the session: it may hold the report's pipe)
+            end()
         proc.wait()
         reader.join(timeout=10)
     code = proc.returncode
-    if isolate and code > 128:  # bubblewrap exits with 128 + the signal that ended the child
+    if isolate == 'bubblewrap' and code > 128:  # bwrap exits with 128 + the child's signal
         code = 128 - code
+    if why is None and watchdog is not None and watchdog.why is not None:
+        why = watchdog.why + ' (all its files together)'
     if why is None and code != 0:
         why = {-signal.SIGXCPU: f'used more than {request["cpu_seconds"]} s of CPU time (an '
                                 'endless loop?)',

@@ -1,0 +1,253 @@
+"""The dataset check's sandbox where bubblewrap cannot create namespaces: another user.
+
+Gradescope runs the autograder in a Docker container whose default seccomp profile refuses every
+new namespace (bubblewrap's maintainers say it needs seccomp=unconfined there). The grader runs as
+root there, so it can do what Gradescope's own advice for student code is: run it as an
+unprivileged user. Here that user (USER, which the autograder's setup.sh creates; else `nobody`):
+
+- runs the probe from a folder of its own (a scratch folder under /tmp, 0711, its `work/` the
+  user's and the only place it is told to write), the probe script copied in, read-only to it;
+- cannot read what the grader hides for the run (`hidden`: the held-out answers, the grader's
+  files, the results folder): their modes are set by the grader itself, whatever modes they
+  were unpacked with, and put back afterwards;
+- has limits: RLIMIT_NPROC (processes of the user), RLIMIT_NOFILE, no core files, no new
+  privileges (setuid programs stay unprivileged); the probe adds CPU time, memory and file size;
+  a watchdog ends the run when the user's files in its folder and the shared temporary folders
+  pass DISK_CAP or FILES_CAP;
+- ends with every process of the user killed (`kill(-1)` as that user, until none is left) and
+  every file of the user in the shared temporary folders removed.
+
+It does not take the network away (no namespaces: nothing to take it with); nothing the user can
+read is worth sending. bubblewrap stays the first choice where it runs (spec_check).
+"""
+import ctypes
+import os
+import pwd
+import resource
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+USER = 'a5probe'  # the autograder's setup.sh: useradd --system --no-create-home a5probe
+PROCESSES = 64  # RLIMIT_NPROC of the user: a fork bomb stops there
+OPEN_FILES = 256
+DISK_CAP = 256 << 20  # bytes of the user's files, in its folder and the shared temporary ones
+FILES_CAP = 20000
+SHARED_TMP = ('/tmp', '/var/tmp', '/dev/shm')
+PR_SET_NO_NEW_PRIVS = 38
+
+
+def account():
+    """The passwd entry to run the probe as: USER, else nobody; None where there is neither."""
+    for name in (USER, 'nobody'):
+        try:
+            entry = pwd.getpwnam(name)
+        except KeyError:
+            continue
+        if entry.pw_uid != 0:
+            return entry
+    return None
+
+
+def problem():
+    """None where this sandbox can run here, else why not, in a sentence."""
+    if os.geteuid() != 0:
+        return 'the grader is not root, so it cannot run the probe as another user'
+    user = account()
+    if user is None:
+        return f'there is no user {USER} (or nobody) to run the probe as'
+    import torch  # (where the probe imports it from)
+    for path in (os.path.realpath(sys.executable), sys.prefix, sys.base_prefix,
+                 os.path.dirname(torch.__file__)):
+        closed = closed_folder(path, user)
+        if closed is not None:
+            return (f'user {user.pw_name} cannot reach this Python ({path}): {closed} is closed '
+                    'to other users (chmod o+x on it lets them through without listing it)')
+    return None
+
+
+def closed_folder(path, user):
+    """The first folder on the way to `path` that `user` may not enter, or None."""
+    parts = os.path.abspath(path).split(os.sep)
+    for i in range(2, len(parts) + 1):
+        folder = os.sep.join(parts[:i])
+        try:
+            st = os.stat(folder)
+        except OSError:
+            return folder
+        if not stat.S_ISDIR(st.st_mode):
+            break
+        bit = (stat.S_IXUSR if st.st_uid == user.pw_uid else
+               stat.S_IXGRP if st.st_gid == user.pw_gid else stat.S_IXOTH)
+        if not st.st_mode & bit:
+            return folder
+    return None
+
+
+class Hidden:
+    """With it: `paths` (files or folders) readable by their owner only; after, their modes as
+    they were. Other users cannot list or enter a folder of mode 0700, nor read a file of 0600."""
+
+    def __init__(self, paths):
+        self.paths = sorted({os.path.abspath(p) for p in paths if p and os.path.exists(p)})
+
+    def __enter__(self):
+        self.modes = {}
+        for p in self.paths:
+            mode = stat.S_IMODE(os.lstat(p).st_mode)
+            if not os.path.islink(p):
+                self.modes[p] = mode
+                os.chmod(p, mode & 0o700)
+        return self
+
+    def __exit__(self, *exc):
+        for p, mode in self.modes.items():
+            os.chmod(p, mode)
+
+
+def _limits():
+    """In the child, before it becomes the user: limits it cannot raise again, no new privileges."""
+    resource.setrlimit(resource.RLIMIT_NPROC, (PROCESSES, PROCESSES))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (OPEN_FILES, OPEN_FILES))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), 'prctl(PR_SET_NO_NEW_PRIVS)')
+
+
+def processes_of(uid):
+    """The pids of the processes whose real user is `uid`."""
+    found = []
+    for name in os.listdir('/proc'):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f'/proc/{name}/status') as f:
+                line = next(x for x in f if x.startswith('Uid:'))
+        except (OSError, StopIteration):
+            continue
+        if int(line.split()[1]) == uid:
+            found.append(int(name))
+    return found
+
+
+def end_all(user, rounds=50):
+    """Every process of `user` killed: kill(-1, SIGKILL) from a process of that user reaches
+    every other one of it, new ones too; repeated until none is left. True when none is."""
+    for _ in range(rounds):
+        if not processes_of(user.pw_uid):
+            return True
+        subprocess.run([sys.executable, '-I', '-S', '-c',
+                        'import os, signal\ntry:\n os.kill(-1, signal.SIGKILL)\nexcept OSError:\n pass'],
+                       user=user.pw_uid, group=user.pw_gid, extra_groups=[],
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, cwd='/')
+        time.sleep(0.05)
+    return not processes_of(user.pw_uid)
+
+
+def owned(uid, roots, limit):
+    """(bytes, files) of `uid`'s files under `roots` (the top of a shared folder's tree walked
+    only into the user's own folders), stopping at `limit` files."""
+    total = count = 0
+    stack = list(roots)
+    while stack and count < limit:
+        top = stack.pop()
+        try:
+            entries = list(os.scandir(top))
+        except OSError:
+            continue
+        for e in entries:
+            try:
+                st = e.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if st.st_uid != uid:
+                continue
+            count += 1
+            total += st.st_blocks * 512
+            if stat.S_ISDIR(st.st_mode):
+                stack.append(e.path)
+    return total, count
+
+
+def remove_owned(uid, roots=SHARED_TMP):
+    """Remove what `uid` left directly in the shared temporary folders (with what is under it)."""
+    for top in roots:
+        try:
+            entries = list(os.scandir(top))
+        except OSError:
+            continue
+        for e in entries:
+            try:
+                if e.stat(follow_symlinks=False).st_uid == uid:
+                    remove(e.path)
+            except OSError:
+                pass
+
+
+def remove(path):
+    """rm -rf: also a tree too deep for Python's recursion (shutil.rmtree raises there)."""
+    subprocess.run(['rm', '-rf', '--one-file-system', '--', path], stdin=subprocess.DEVNULL,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+class Folder:
+    """The probe's folder: FOLDER (0711, root's) holding the probe script (0644) and work/ (the
+    user's, 0700), removed with everything in it at the end."""
+
+    def __init__(self, user, probe, src):
+        self.root = tempfile.mkdtemp(prefix='a5probe-')
+        os.chmod(self.root, 0o711)
+        self.probe = os.path.join(self.root, 'dataset_probe.py')
+        shutil.copyfile(probe, self.probe)
+        os.chmod(self.probe, 0o644)
+        self.work = os.path.join(self.root, 'work')
+        shutil.copytree(src, os.path.join(self.work, 'src'), symlinks=True,
+                        ignore=shutil.ignore_patterns('__pycache__'))
+        for top, dirs, files in os.walk(self.work):
+            for name in [top] + [os.path.join(top, n) for n in dirs + files]:
+                os.lchown(name, user.pw_uid, user.pw_gid)
+        os.chmod(self.work, 0o700)
+
+    def close(self):
+        remove(self.root)
+
+
+class Watchdog(threading.Thread):
+    """Ends the run (`kill()`) when the user's files pass DISK_CAP bytes or FILES_CAP files, in
+    its folder or the shared temporary folders; `why` says so."""
+
+    def __init__(self, uid, work, kill, every=0.5):
+        super().__init__(daemon=True)
+        self.uid, self.work, self.kill, self.every = uid, work, kill, every
+        self.why, self.done = None, threading.Event()
+
+    def run(self):
+        while not self.done.wait(self.every):
+            size, files = owned(self.uid, (self.work,) + SHARED_TMP, FILES_CAP + 1)
+            if size > DISK_CAP or files > FILES_CAP:
+                self.why = (f'wrote more than {DISK_CAP >> 20} MiB' if size > DISK_CAP else
+                            f'made more than {FILES_CAP:,} files')
+                self.kill()
+                return
+
+    def stop(self):
+        self.done.set()
+        self.join(timeout=10)
+
+
+def popen_as(user, argv, cwd, env, stdout, more_limits=None):
+    """argv started as `user`, with _limits (and `more_limits`), in a session of its own."""
+    def limits():
+        _limits()
+        if more_limits is not None:
+            more_limits()
+    return subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=stdout,
+                            stderr=subprocess.DEVNULL, start_new_session=True,
+                            user=user.pw_uid, group=user.pw_gid, extra_groups=[],
+                            preexec_fn=limits)

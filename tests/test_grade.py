@@ -9,6 +9,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -26,6 +27,7 @@ import submission  # noqa: E402
 import unpack  # noqa: E402
 import student_datasets  # noqa: E402
 import user_sandbox  # noqa: E402
+import gradescope_like  # noqa: E402
 
 DEV, TEST = 40, 30
 SANDBOX = spec_check.sandbox_problem() is None  # bubblewrap runs here (setup installs it)
@@ -701,3 +703,65 @@ def test_jobs_grade_in_parallel_with_the_rows_of_one_at_a_time(built, tmp_path):
     assert rows[2] == rows[1]
     assert [r['handout'] for r in rows[2]] == ['rope', 'perceiver']
     assert not rows[2][1]['layout_ok'] and rows[2][0]['dataset'] == {p: True for p in PROPERTIES}
+
+
+# ---- under Gradescope's conditions (gradescope_like.py) -------------------------------------------
+
+HOSTILE = '''import os
+SEEN = []
+for path, mode in [({answers!r}, 'r'), ({results!r}, 'w')]:
+    try:
+        open(path, mode).close()
+        SEEN.append('opened')
+    except OSError as e:
+        SEEN.append(type(e).__name__)
+raise RuntimeError('seen ' + repr(SEEN))
+'''
+
+
+@pytest.mark.skipif(gradescope_like.problem() is not None or not SANDBOX,
+                    reason=f'no Gradescope-like conditions here: {gradescope_like.problem()}')
+def test_under_gradescopes_conditions_the_autograder_grades_as_with_every_privilege(built, tmp_path):
+    """768 MB, half a CPU, namespaces refused (bubblewrap cannot start) and Docker's
+    capabilities: the rope sample submission gets the score it gets with every privilege, the
+    dataset check run as an unprivileged user; a dataset.py that reaches for the held-out
+    answers and results.json gets neither."""
+    zipped = tmp_path / 'autograder.zip'
+    r = subprocess.run([sys.executable, os.path.join(SCRIPTS, 'gradescope.py'), 'build', '--out',
+                        str(zipped), '--data_dir', str(built['data']), '--test_answers',
+                        str(built['root'] / 'test_answers.tsv')],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    shared = tempfile.mkdtemp(prefix='a5-gradescope-like-test-')  # reachable by other users,
+    os.chmod(shared, 0o755)  # as /autograder is: what keeps them out is the grader's doing
+    try:
+        scores = {}
+        for how in ('privileged', 'conditions', 'hostile'):
+            root = os.path.join(shared, how)
+            upload = built['rope']
+            if how == 'hostile':
+                upload = tmp_path / 'hostile'
+                shutil.copytree(built['rope'], upload)
+                (upload / 'src' / 'dataset.py').write_text(HOSTILE.format(
+                    answers=os.path.join(root, 'source', 'data', 'birth_test_answers.tsv'),
+                    results=os.path.join(root, 'results', 'results.json')))
+            if how == 'privileged':
+                gradescope_like.lay_out(root, str(zipped), str(upload))
+                env = dict(os.environ, AUTOGRADER_ROOT=root, PYTHON=sys.executable)
+                r = subprocess.run(['bash', os.path.join(root, 'source', 'run_autograder'),
+                                    '--draws', '2000', '--seed', '3'], env=env,
+                                   capture_output=True, text=True, timeout=600)
+                assert r.returncode == 0, r.stderr
+            else:
+                code = gradescope_like.main([str(upload), '--autograder', str(zipped), '--keep',
+                                             root, '--', '--draws', '2000', '--seed', '3'])
+                assert code == 0
+            with open(os.path.join(root, 'results', 'results.json')) as f:
+                scores[how] = json.load(f)
+        assert scores['conditions']['score'] == scores['privileged']['score']
+        assert 'sandbox: bubblewrap' in scores['privileged']['output']
+        assert 'sandbox: unprivileged user' in scores['conditions']['output']
+        hostile = {t['name']: t for t in scores['hostile']['tests']}
+        assert "seen ['PermissionError', 'PermissionError']" in hostile['dataset: vocab']['output']
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)

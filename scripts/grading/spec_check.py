@@ -180,6 +180,13 @@ def run_probe(src, sandbox, request, wall_seconds=DEFAULTS['wall_seconds'], isol
     (False): as the grader's user, with the limits above only (grade.py --no-sandbox)."""
     isolate = {True: 'bubblewrap', False: None}.get(isolate, isolate)
     os.makedirs(sandbox)
+    if isolate == 'user':
+        with user_sandbox.one_at_a_time(user_sandbox.account()):
+            return _run_probe(src, sandbox, request, wall_seconds, isolate, hidden)
+    return _run_probe(src, sandbox, request, wall_seconds, isolate, hidden)
+
+
+def _run_probe(src, sandbox, request, wall_seconds, isolate, hidden):
     user = folder = watchdog = None
     if isolate == 'user':
         user = user_sandbox.account()

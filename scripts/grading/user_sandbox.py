@@ -15,12 +15,15 @@ unprivileged user. Here that user (USER, which the autograder's setup.sh creates
   a watchdog ends the run when the user's files in its folder and the shared temporary folders
   pass DISK_CAP or FILES_CAP;
 - ends with every process of the user killed (`kill(-1)` as that user, until none is left) and
-  every file of the user in the shared temporary folders removed.
+  every file of the user in the shared temporary folders removed. Two graders on one machine
+  take turns (`one_at_a_time`): each would end the other's probe.
 
 It does not take the network away (no namespaces: nothing to take it with); nothing the user can
 read is worth sending. bubblewrap stays the first choice where it runs (spec_check).
 """
+import contextlib
 import ctypes
+import fcntl
 import os
 import pwd
 import resource
@@ -107,6 +110,18 @@ class Hidden:
     def __exit__(self, *exc):
         for p, mode in self.modes.items():
             os.chmod(p, mode)
+
+
+@contextlib.contextmanager
+def one_at_a_time(user):
+    """Held while a probe runs as `user`: an exclusive lock on a file of root's, 0600."""
+    path = os.path.join(tempfile.gettempdir(), f'a5probe-{user.pw_uid}.lock')
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _limits():

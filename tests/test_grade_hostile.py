@@ -91,3 +91,29 @@ def test_a_name_that_is_not_utf8_reaches_every_output(tmp_path):
     assert any('notes-' in f for f in rows[0]['extra_files'])
     assert 'notes-' in report
     assert 'honest' in (tmp_path / 'reports' / 'report.csv').read_text(encoding='utf-8')
+
+
+def test_a_stray_file_of_another_handout_is_named_and_a_tie_is_ambiguous(tmp_path):
+    """A synthesizer submission with one stray (empty) rope file is graded as the synthesizer
+    (three of its files against one), with a warning naming the stray file; before, the
+    detection gave up and src/'s guess graded it as the perceiver, silently. As many files of
+    each: ambiguous, one row with the reason."""
+    rows = {}
+    for name, rope_files in (('stray', ['rope.pretrain.dev.predictions']),
+                             ('tie', ['rope.finetune.params', 'rope.pretrain.dev.predictions',
+                                      'rope.pretrain.test.predictions'])):
+        folder = honest(tmp_path / name)
+        for f in ['synthesizer.finetune.params', 'synthesizer.pretrain.dev.predictions',
+                  'synthesizer.pretrain.test.predictions'] + rope_files:
+            (folder / f).write_text('')
+        (folder / 'src' / 'model.py').write_text('class DownProjectBlock: pass\n')  # src's guess
+        rows[name] = folder
+    results = tmp_path / 'grades.json'
+    status = grade.main([str(rows['stray']), str(rows['tie']), '--data_dir',
+                         os.path.join(REPO, 'data'), '--skip', 'reproduction', '--skip', 'dataset',
+                         '--json', str(results)])
+    stray, tie = json.loads(results.read_text(encoding='utf-8'))
+    assert status == 0
+    assert stray['handout'] == 'synthesizer' and stray['notes'] == []
+    assert any('also there: rope.pretrain.dev.predictions' in w for w in stray['warnings'])
+    assert tie['handout'] is None and tie['errors'][0].startswith('ambiguous handout')

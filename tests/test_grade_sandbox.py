@@ -285,3 +285,41 @@ def test_auto_falls_back_to_the_user_sandbox_and_says_so(monkeypatch):
     assert spec_check.sandbox_kind('bubblewrap')[1] == 'bubblewrap cannot start here'
     assert spec_check.sandbox_kind('none') == (None, None)
     assert 'unprivileged user' in spec_check.sandbox_name('user')
+
+
+@needs_bwrap
+def test_many_processes_end_a_bubblewrap_run(tmp_path):
+    """Processes that each wait, many of them: under bubblewrap, where the per-user cap does not
+    hold (the grader is root), the watchdog counts the probe's descendants and ends the run (as
+    another user the cap stops the forks: test_a_fork_bomb_stops_at_the_users_process_cap)."""
+    src = tmp_path / 'src'
+    src.mkdir()
+    (src / 'dataset.py').write_text('''import os, time
+for _ in range(300):
+    try:
+        if os.fork() == 0:
+            time.sleep(60)
+            os._exit(0)
+    except OSError:
+        break
+time.sleep(60)
+''')
+    request, _, _ = spec_check.request_for(draws=spec_check.MIN_DRAWS)
+    got, why = spec_check.run_probe(str(src), str(tmp_path / 'sandbox'), request, 120)
+    assert got is None and f'started more than {user_sandbox.PROCESSES} processes' in why, why
+
+
+@needs_bwrap
+def test_many_files_together_end_a_bubblewrap_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(user_sandbox, 'DISK_CAP', 4 << 20)
+    src = tmp_path / 'src'
+    src.mkdir()
+    (src / 'dataset.py').write_text('''import time
+for i in range(12):
+    with open(f'many-{i}', 'wb') as f:
+        f.write(b'x' * (1 << 20))
+time.sleep(60)
+''')
+    request, _, _ = spec_check.request_for(draws=spec_check.MIN_DRAWS)
+    got, why = spec_check.run_probe(str(src), str(tmp_path / 'sandbox'), request, 120)
+    assert got is None and 'wrote more than 4 MiB' in why, why

@@ -173,11 +173,24 @@ class Grader:
         try:
             found = submission.detect_handout(folder)
         except submission.SubmissionError as e:
-            found, sign = submission.handout_from_src(folder)
-            if found is not None:
+            present = submission.present_handouts(folder)
+            if len(present) > 1 and self.args.handout is None:
+                # files of several handouts: the one with the most of its own (all, where a
+                # stray file of another is there), never src/'s guess; a tie is the error's
+                counts = sorted((len(files), h) for h, files in present.items())
+                if counts[-1][0] == counts[-2][0]:
+                    r['errors'].append(str(e).replace(folder, 'the submission'))
+                    return None
+                found = counts[-1][1]
+                stray = [f for h, files in present.items() if h != found for f in files]
+                r['warnings'].append(f'graded as the {found} handout, which {counts[-1][0]} of '
+                                     f'its files show; also there: {", ".join(stray)}')
+            else:
+                found, sign = submission.handout_from_src(folder)
+            if found is not None and len(present) <= 1:
                 r['notes'].append(f'handout {found} ({submission.HANDOUT_YEAR[found]}) read from src/: '
                                   f'{sign}')
-            elif self.args.handout is None:
+            elif found is None and self.args.handout is None:
                 r['errors'].append(str(e).replace(folder, 'the submission')
                                    + '; nor does src/ show it')
                 return None

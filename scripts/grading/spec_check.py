@@ -206,8 +206,11 @@ def _run_probe(src, sandbox, request, wall_seconds, isolate, hidden):
     try:
         if isolate == 'user':
             proc = user_sandbox.popen_as(user, argv, work, env, subprocess.PIPE, _limit_files)
-            watchdog = user_sandbox.Watchdog(user.pw_uid, work, lambda: user_sandbox.end_all(user))
-            watchdog.start()
+            uid = user.pw_uid
+            watchdog = user_sandbox.Watchdog(
+                lambda: user_sandbox.owned(uid, (work,) + user_sandbox.SHARED_TMP,
+                                           user_sandbox.FILES_CAP + 1)
+                + (len(user_sandbox.processes_of(uid)),), lambda: user_sandbox.end_all(user))
         else:
             if isolate == 'bubblewrap':
                 argv = sandbox_command(argv, os.path.abspath(sandbox))
@@ -215,16 +218,28 @@ def _run_probe(src, sandbox, request, wall_seconds, isolate, hidden):
                                     env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=subprocess.DEVNULL, start_new_session=True,
                                     preexec_fn=_limit_files)
+            # (the folder is the only place bubblewrap lets it write; its processes descend)
+            watchdog = user_sandbox.Watchdog(
+                lambda: user_sandbox.owned(os.geteuid(), (sandbox,), user_sandbox.FILES_CAP + 1)
+                + (user_sandbox.descendants(proc.pid),), lambda: _kill_group(proc))
+        watchdog.start()
         end = (lambda: user_sandbox.end_all(user)) if user is not None else None
         return _read_report(proc, request, wall_seconds, isolate, watchdog, end)
     finally:
+        if watchdog is not None:
+            watchdog.stop()
         if user is not None:  # every process of the user, then its files, before unhiding
-            if watchdog is not None:
-                watchdog.stop()
             user_sandbox.end_all(user)
             user_sandbox.remove_owned(user.pw_uid)
             folder.close()
         hiding.__exit__(None, None, None)
+
+
+def _kill_group(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _read_report(proc, request, wall_seconds, isolate, watchdog=None, end=None):
@@ -257,7 +272,7 @@ def _read_report(proc, request, wall_seconds, isolate, watchdog=None, end=None):
     if isolate == 'bubblewrap' and code > 128:  # bwrap exits with 128 + the child's signal
         code = 128 - code
     if why is None and watchdog is not None and watchdog.why is not None:
-        why = watchdog.why + ' (all its files together)'
+        why = watchdog.why
     if why is None and code != 0:
         why = {-signal.SIGXCPU: f'used more than {request["cpu_seconds"]} s of CPU time (an '
                                 'endless loop?)',

@@ -156,6 +156,13 @@ def find(name, folders):
     return None
 
 
+def present_handouts(folder):
+    """{handout: its own files that are in `folder`} for every handout with any there."""
+    present = {e: [f for f in files if os.path.exists(os.path.join(folder, f))]
+               for e, files in HANDOUTS.items()}
+    return {e: files for e, files in present.items() if files}
+
+
 def detect_handout(folder):
     """The handout whose own files are in `folder`; SubmissionError when none or several are."""
     where = os.path.abspath(folder)

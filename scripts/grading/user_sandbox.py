@@ -233,21 +233,44 @@ class Folder:
         remove(self.root)
 
 
-class Watchdog(threading.Thread):
-    """Ends the run (`kill()`) when the user's files pass DISK_CAP bytes or FILES_CAP files, in
-    its folder or the shared temporary folders; `why` says so."""
+def descendants(pid):
+    """How many processes descend from `pid` (under bubblewrap: every process of its PID
+    namespace, whose first process is one of them)."""
+    children = {}
+    for name in os.listdir('/proc'):
+        if name.isdigit():
+            try:
+                with open(f'/proc/{name}/stat') as f:
+                    ppid = int(f.read().rsplit(')', 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(name))
+    count, stack = 0, [pid]
+    while stack:
+        kids = children.get(stack.pop(), [])
+        count += len(kids)
+        stack += kids
+    return count
 
-    def __init__(self, uid, work, kill, every=0.5):
+
+class Watchdog(threading.Thread):
+    """Ends the run (`kill()`) when measure() says its files pass DISK_CAP bytes or FILES_CAP
+    files, or its processes PROCESSES; `why` says so. measure(): (bytes, files, processes)."""
+
+    def __init__(self, measure, kill, every=0.5):
         super().__init__(daemon=True)
-        self.uid, self.work, self.kill, self.every = uid, work, kill, every
+        self.measure, self.kill, self.every = measure, kill, every
         self.why, self.done = None, threading.Event()
 
     def run(self):
         while not self.done.wait(self.every):
-            size, files = owned(self.uid, (self.work,) + SHARED_TMP, FILES_CAP + 1)
-            if size > DISK_CAP or files > FILES_CAP:
-                self.why = (f'wrote more than {DISK_CAP >> 20} MiB' if size > DISK_CAP else
-                            f'made more than {FILES_CAP:,} files')
+            size, files, processes = self.measure()
+            self.why = (f'wrote more than {DISK_CAP >> 20} MiB (all its files together)'
+                        if size > DISK_CAP else
+                        f'made more than {FILES_CAP:,} files' if files > FILES_CAP else
+                        f'started more than {PROCESSES} processes' if processes > PROCESSES
+                        else None)
+            if self.why is not None:
                 self.kill()
                 return
 

@@ -157,7 +157,9 @@ def read_evaluation(path, stoi, strict):
 def describe_params(state):
     """Which variant a state_dict is of, in words."""
     if 'down_block.C' in state:
-        return f'a perceiver model with bottleneck_dim {state["down_block.C"].shape[1]}'
+        c = state['down_block.C']
+        return (f'a perceiver model with bottleneck_dim {c.shape[1]}' if c.dim() == 3 else
+                f'a perceiver model whose down_block.C is {c.dim()}-D, not 3-D')
     if any(k.endswith('attn.w2') for k in state):
         return 'a synthesizer model'
     if any(k.endswith('attn.rope_cache') for k in state):
@@ -227,6 +229,13 @@ def read_state(path, device='cpu', max_bytes=None):
                             '--resume, or read its finished params')
     if not isinstance(state, dict) or not all(torch.is_tensor(v) for v in state.values()):
         raise ParamsProblem('not a state_dict of tensors')
+    odd = next((k for k in state if not isinstance(k, str)), None)
+    if odd is not None:
+        raise ParamsProblem(f'not a state_dict of tensors (key {odd!r} is not a parameter\'s name)')
+    odd = next((k for k, v in state.items() if v.layout != torch.strided), None)
+    if odd is not None:
+        raise ParamsProblem(f'holds {odd} as a {str(state[odd].layout).split(".")[-1]} tensor '
+                            '(a params file holds dense ones)')
     return state
 
 

@@ -323,3 +323,22 @@ time.sleep(60)
     request, _, _ = spec_check.request_for(draws=spec_check.MIN_DRAWS)
     got, why = spec_check.run_probe(str(src), str(tmp_path / 'sandbox'), request, 120)
     assert got is None and 'wrote more than 4 MiB' in why, why
+
+
+@pytest.mark.parametrize('kind', KINDS)
+@pytest.mark.parametrize('case', ['sleeps', 'huge file'])
+def test_a_sleeping_dataset_and_a_huge_file_end_the_run_in_either_sandbox(tmp_path, kind, case):
+    """A dataset.py that sleeps is ended at the wall-clock limit; one file past FILE_CAP is
+    refused by the kernel (RLIMIT_FSIZE), under either sandbox."""
+    src = tmp_path / 'src'
+    src.mkdir()
+    (src / 'dataset.py').write_text(
+        'import time\ntime.sleep(60)\n' if case == 'sleeps' else
+        "with open('huge', 'wb') as f:\n    for _ in range(80):\n        f.write(b'x' * (1 << 20))\n")
+    request, _, _ = spec_check.request_for(draws=spec_check.MIN_DRAWS)
+    got, why = spec_check.run_probe(str(src), str(tmp_path / 'sandbox'), request, 5,
+                                    isolate=kind)
+    if case == 'sleeps':
+        assert got is None and 'did not finish within 5 s' in why, why
+    else:  # (Python ignores SIGXFSZ: the write past the cap fails, and the dataset with it)
+        assert why is None and 'File too large' in got['error'], got

@@ -3,6 +3,7 @@ of the handout's model on 64 questions, evaluation on the first 40 dev and 30 te
 then collect_submission.sh. A complete submission passes layout and loading and reproduces 100%;
 one changed predictions line is caught at that line; a dataset.py that breaks one property fails
 exactly that one; a stranger's hostile files are each one row with its reason."""
+import fcntl
 import json
 import os
 import shutil
@@ -11,7 +12,6 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from pathlib import Path
 
 import pytest
 import torch
@@ -26,7 +26,6 @@ import spec_check  # noqa: E402
 import submission  # noqa: E402
 import unpack  # noqa: E402
 import student_datasets  # noqa: E402
-import user_sandbox  # noqa: E402
 import gradescope_like  # noqa: E402
 
 DEV, TEST = 40, 30
@@ -35,18 +34,37 @@ PROPERTIES = list(spec_check.PROPERTIES)
 
 
 @pytest.fixture(scope='module')
-def built(tmp_path_factory):
+def built(tmp_path_factory, worker_id):
     """data: the grader's data folder (40 dev, 30 test questions); synthesizer/perceiver/rope:
     complete submissions (sample_submission.py: run.py's files, zipped by
-    collect_submission.sh), unzipped, and their zips; HANDOUT_run: the folder of run.py's files."""
-    root = tmp_path_factory.mktemp('grade')
+    collect_submission.sh), unzipped, and their zips; HANDOUT_run: the folder of run.py's files.
+    Built once per test run (half a minute), also under pytest-xdist: the first worker builds,
+    the others wait for it and read them (the tests only read them)."""
+    if worker_id == 'master':
+        return build_samples(tmp_path_factory.mktemp('grade'))
+    root = tmp_path_factory.getbasetemp().parent / 'grade-samples'  # the run's, every worker's
+    with open(str(root) + '.lock', 'w') as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / 'built').exists():
+            build_samples(root)
+            (root / 'built').write_text('')
+    return samples_in(root)
+
+
+def build_samples(root):
     data = sample_submission.make_data(str(root / 'data'), DEV, TEST)
     sample_submission.head(os.path.join(DATA, 'birth_test_inputs.tsv'), root / 'test_answers.tsv',
                            TEST, '\tLondon')
+    for handout in ('synthesizer', 'perceiver', 'rope'):
+        sample_submission.build(str(root / handout), handout, data)
+    return samples_in(root)
+
+
+def samples_in(root):
     out = {'data': root / 'data', 'root': root}
     for handout in ('synthesizer', 'perceiver', 'rope'):
-        zipped = sample_submission.build(str(root / handout), handout, data)
-        out[handout], out[handout + '_zip'] = root / handout / 'unzipped', Path(zipped)
+        [zipped] = (root / handout).glob('*.zip')
+        out[handout], out[handout + '_zip'] = root / handout / 'unzipped', zipped
         out[handout + '_run'] = root / handout / 'run'
     return out
 
@@ -588,36 +606,24 @@ def test_each_run_draws_a_fresh_corpus_recorded_and_repeatable(built, tmp_path, 
     assert rows[0]['dataset_details'] != rows[1]['dataset_details']
 
 
-@pytest.mark.skipif(not SANDBOX or user_sandbox.problem() is not None,
-                    reason='needs both sandboxes (bubblewrap; root and a reachable interpreter)')
-def test_the_user_sandbox_grades_a_complete_submission_as_bubblewrap_does(built, tmp_path):
-    """Where namespaces are refused the grader runs the probe as an unprivileged user: the same
-    submission and seed get the same row, the sandbox named in it."""
-    rows = {}
-    for kind in ('bubblewrap', 'user'):
-        (tmp_path / kind).mkdir()
-        status, [rows[kind]] = grade_all(built, tmp_path / kind, built['rope_zip'], extra=[
-            '--sandbox', kind, '--seed', '5', '--skip', 'reproduction'])
-        assert status == 0
-    assert rows['user']['dataset'] == rows['bubblewrap']['dataset'] == {p: True for p in PROPERTIES}
-    assert rows['user']['dataset_details'] == rows['bubblewrap']['dataset_details']
-    assert rows['bubblewrap']['sandbox'].startswith('bubblewrap')
-    assert rows['user']['sandbox'].startswith('unprivileged user')
-
-
 # ---- Gradescope: the autograder zip, run against a stand-in /autograder ------------------------
+
+def build_autograder(built, zipped):
+    """gradescope.py build from the command line, with the test answers: the zip's path."""
+    r = subprocess.run([sys.executable, os.path.join(SCRIPTS, 'gradescope.py'), 'build', '--out',
+                        str(zipped), '--data_dir', str(built['data']), '--test_answers',
+                        str(built['root'] / 'test_answers.tsv')],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return zipped
+
 
 def test_run_autograder_grades_a_submission_into_results_json(built, tmp_path):
     """gradescope.py build, unzipped as Gradescope does into ROOT/source, the student's files in
     ROOT/submission, run_autograder run as Gradescope runs it (ROOT standing in for /autograder):
     results.json holds the rubric's points for each check, every one passed."""
     import gradescope
-    zipped = tmp_path / 'autograder.zip'
-    r = subprocess.run([sys.executable, os.path.join(SCRIPTS, 'gradescope.py'), 'build', '--out',
-                        str(zipped), '--data_dir', str(built['data']), '--test_answers',
-                        str(built['root'] / 'test_answers.tsv')],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
+    zipped = build_autograder(built, tmp_path / 'autograder.zip')
     root = tmp_path / 'autograder'
     with zipfile.ZipFile(zipped) as z:
         names = z.namelist()
@@ -728,12 +734,7 @@ def test_under_gradescopes_conditions_the_autograder_grades_as_with_every_privil
     capabilities: each handout's sample submission gets the score it gets with every
     privilege, the dataset check run as an unprivileged user; a dataset.py that reaches for
     the held-out answers and results.json gets neither (rope's)."""
-    zipped = tmp_path / 'autograder.zip'
-    r = subprocess.run([sys.executable, os.path.join(SCRIPTS, 'gradescope.py'), 'build', '--out',
-                        str(zipped), '--data_dir', str(built['data']), '--test_answers',
-                        str(built['root'] / 'test_answers.tsv')],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
+    zipped = build_autograder(built, tmp_path / 'autograder.zip')
     shared = tempfile.mkdtemp(prefix='a5-gradescope-like-test-')  # reachable by other users,
     os.chmod(shared, 0o755)  # as /autograder is: what keeps them out is the grader's doing
     try:

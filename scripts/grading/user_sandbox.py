@@ -171,38 +171,34 @@ def owned(uid, roots, limit):
     total = count = 0
     stack = list(roots)
     while stack and count < limit:
-        top = stack.pop()
-        try:
-            entries = list(os.scandir(top))
-        except OSError:
-            continue
-        for e in entries:
-            try:
-                st = e.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            if st.st_uid != uid:
-                continue
+        for path, st in entries_of(stack.pop(), uid):
             count += 1
             total += st.st_blocks * 512
             if stat.S_ISDIR(st.st_mode):
-                stack.append(e.path)
+                stack.append(path)
     return total, count
+
+
+def entries_of(folder, uid):
+    """(path, lstat) of each entry of `folder` that `uid` owns; none where it cannot be read."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for e in entries:
+        try:
+            st = e.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if st.st_uid == uid:
+            yield e.path, st
 
 
 def remove_owned(uid, roots=SHARED_TMP):
     """Remove what `uid` left directly in the shared temporary folders (with what is under it)."""
     for top in roots:
-        try:
-            entries = list(os.scandir(top))
-        except OSError:
-            continue
-        for e in entries:
-            try:
-                if e.stat(follow_symlinks=False).st_uid == uid:
-                    remove(e.path)
-            except OSError:
-                pass
+        for path, _ in entries_of(top, uid):
+            remove(path)
 
 
 def remove(path):

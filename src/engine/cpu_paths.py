@@ -4,9 +4,9 @@ precision 'auto' in training on a CPU: the machine's measured choice, remembered
 
 The ways of training a model on a CPU that compute the same function (fp32, or bf16 autocast where
 the CPU has bf16 arithmetic; for attention without dropout, the fused kernel or the written-out
-math) are timed for a few steps of this run's model and batch, the fastest is kept, its figures
-are printed in one line, and the choice is remembered with its figures for this machine and run
-shape. Measured, not guessed: machines differ even in which precision is the faster
+math) are timed for a few steps of this run's model and batch (by the run's plan, plan.py), the
+fastest is kept, its figures go into the plan's line, and the choice is remembered with its
+figures for this machine and run shape. Measured, not guessed: machines differ even in which precision is the faster
 (docs/speed.md, "Figures behind the code").
 
 A timing is only as good as the moment it was taken: a choice measured while other processes held

@@ -33,7 +33,7 @@ def bf16_supported(device):
 
 def pick_precision(name, device, training, measure=True):
     """auto: in training on a CPU, where `measure` (a preset that adapts to the machine), the
-    trainer measures which is faster here (cpu_paths.py); otherwise fp32, the handout's
+    run's plan measures which is faster here (plan.py); otherwise fp32, the handout's
     arithmetic. An explicit 'fp32' or 'bf16' stays."""
     if name != 'auto':
         return name

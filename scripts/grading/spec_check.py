@@ -201,38 +201,36 @@ def _run_probe(src, sandbox, request, wall_seconds, isolate, hidden):
     env = {'PATH': '/usr/bin:/bin', 'HOME': work, 'TMPDIR': work, 'LANG': 'C.UTF-8',
            'LC_ALL': 'C.UTF-8', 'OMP_NUM_THREADS': '1', 'MKL_NUM_THREADS': '1'}
     argv = [sys.executable, '-I', '-B', probe, 'request.json']
-    hiding = user_sandbox.Hidden(hidden if isolate == 'user' else ())
-    hiding.__enter__()
-    try:
-        if isolate == 'user':
-            proc = user_sandbox.popen_as(user, argv, work, env, subprocess.PIPE, _limit_files)
-            uid = user.pw_uid
-            watchdog = user_sandbox.Watchdog(
-                lambda: user_sandbox.owned(uid, (work,) + user_sandbox.SHARED_TMP,
-                                           user_sandbox.FILES_CAP + 1)
-                + (len(user_sandbox.processes_of(uid)),), lambda: user_sandbox.end_all(user))
-        else:
-            if isolate == 'bubblewrap':
-                argv = sandbox_command(argv, os.path.abspath(sandbox))
-            proc = subprocess.Popen(argv, cwd=sandbox,
-                                    env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.DEVNULL, start_new_session=True,
-                                    preexec_fn=_limit_files)
-            # (the folder is the only place bubblewrap lets it write; its processes descend)
-            watchdog = user_sandbox.Watchdog(
-                lambda: user_sandbox.owned(os.geteuid(), (sandbox,), user_sandbox.FILES_CAP + 1)
-                + (user_sandbox.descendants(proc.pid),), lambda: _kill_group(proc))
-        watchdog.start()
-        end = (lambda: user_sandbox.end_all(user)) if user is not None else None
-        return _read_report(proc, request, wall_seconds, isolate, watchdog, end)
-    finally:
-        if watchdog is not None:
-            watchdog.stop()
-        if user is not None:  # every process of the user, then its files, before unhiding
-            user_sandbox.end_all(user)
-            user_sandbox.remove_owned(user.pw_uid)
-            folder.close()
-        hiding.__exit__(None, None, None)
+    end = (lambda: user_sandbox.end_all(user)) if user is not None else None
+    with user_sandbox.Hidden(hidden if user is not None else ()):  # (unhidden last)
+        try:
+            if user is not None:
+                proc = user_sandbox.popen_as(user, argv, work, env, subprocess.PIPE, _limit_files)
+                uid = user.pw_uid
+                watchdog = user_sandbox.Watchdog(
+                    lambda: user_sandbox.owned(uid, (work,) + user_sandbox.SHARED_TMP,
+                                               user_sandbox.FILES_CAP + 1)
+                    + (len(user_sandbox.processes_of(uid)),), end)
+            else:
+                if isolate == 'bubblewrap':
+                    argv = sandbox_command(argv, os.path.abspath(sandbox))
+                proc = subprocess.Popen(argv, cwd=sandbox, env=env, stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                        start_new_session=True, preexec_fn=_limit_files)
+                # (the folder is the only place bubblewrap lets it write; its processes descend)
+                watchdog = user_sandbox.Watchdog(
+                    lambda: user_sandbox.owned(os.geteuid(), (sandbox,),
+                                               user_sandbox.FILES_CAP + 1)
+                    + (user_sandbox.descendants(proc.pid),), lambda: _kill_group(proc))
+            watchdog.start()
+            return _read_report(proc, request, wall_seconds, isolate, watchdog, end)
+        finally:
+            if watchdog is not None:
+                watchdog.stop()
+            if user is not None:  # every process of the user, then its files, before unhiding
+                end()
+                user_sandbox.remove_owned(user.pw_uid)
+                folder.close()
 
 
 def _kill_group(proc):

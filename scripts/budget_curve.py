@@ -10,7 +10,6 @@ dev accuracy against the minutes the run took, beside the London baseline, with 
 pretraining epochs and final loss, go to OUT (report.md, budget_curve.png, budget_curve.json,
 and each run's dev and test predictions).
 """
-import argparse
 import json
 import math
 import os
@@ -22,6 +21,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, 'scripts'))
 sys.path.insert(0, os.path.join(REPO, 'src'))
+import figures  # noqa: E402
 import run_all  # noqa: E402
 from engine.common import MAX_BUDGET_MINUTES, OneLineParser  # noqa: E402
 from engine.datafiles import resolve  # noqa: E402
@@ -66,50 +66,12 @@ def measure(minutes, preset, model, folder):
                 last_epoch_loss=last_epoch_loss(folder, model, preset))
 
 
-def plot(points, path, title):
-    """Dev accuracy (%) against the minutes each run took, and the London baseline, with Pillow."""
-    from PIL import Image, ImageDraw
-    W, H, left, right, top, bottom = 760, 440, 70, 30, 50, 60
-    img = Image.new('RGB', (W, H), 'white')
-    draw = ImageDraw.Draw(img)
-    x_hi = max(p['minutes'] for p in points) * 1.1
-    y_hi = max([LONDON * 1.6] + [p['dev']['percent'] * 1.15 for p in points if p['dev']])
-
-    def xy(minutes, percent):
-        return (left + (W - left - right) * minutes / x_hi,
-                H - bottom - (H - top - bottom) * percent / y_hi)
-    draw.rectangle([left, top, W - right, H - bottom], outline='black')
-    draw.text((left, 15), title, fill='black')
-    draw.text((W // 2 - 80, H - 25), 'minutes, whole pipeline', fill='black')
-    draw.text((5, top - 20), 'dev accuracy %', fill='black')
-    for tick in range(0, int(x_hi) + 1, 5 if x_hi < 60 else 15):
-        x, _ = xy(tick, 0)
-        draw.line([x, H - bottom, x, H - bottom + 5], fill='black')
-        draw.text((x - 6, H - bottom + 8), str(tick), fill='black')
-    step = 1 if y_hi <= 10 else 5
-    for tick in range(0, int(y_hi) + 1, step):
-        _, y = xy(0, tick)
-        draw.line([left - 5, y, left, y], fill='black')
-        draw.text((left - 30, y - 6), str(tick), fill='black')
-    _, y = xy(0, LONDON)
-    draw.line([left, y, W - right, y], fill=(214, 39, 40), width=1)
-    draw.text((W - right - 170, y - 16), 'London baseline (5.0%)', fill=(214, 39, 40))
-    done = [p for p in points if p['dev']]
-    draw.line([xy(p['minutes'], p['dev']['percent']) for p in done], fill=(31, 119, 180), width=2)
-    for p in done:
-        x, y = xy(p['minutes'], p['dev']['percent'])
-        draw.ellipse([x - 4, y - 4, x + 4, y + 4], fill=(31, 119, 180))
-        draw.text((x + 6, y - 18), f"{p['dev']['percent']:.1f}% ({p['pretrain_epochs']} ep.)",
-                  fill='black')
-    img.save(path)
-
-
 def write(points, out, preset, model, command):
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, 'budget_curve.json'), 'w', encoding='utf-8') as f:
         json.dump(dict(preset=preset, model=model, command=command, runs=points), f, indent=2)
-    plot(points, os.path.join(out, 'budget_curve.png'),
-         f'{model}, preset {preset}: dev accuracy against time budget')
+    figures.budget_curve(points, LONDON, f'{model}, preset {preset}: dev accuracy against time budget',
+                         os.path.join(out, 'budget_curve.png'))
     devices = sorted({p['device'] for p in points})
     lines = [f'# Dev accuracy against time budget ({model}, preset {preset})', '',
              f'- device: {"; ".join(devices)}',

@@ -39,6 +39,8 @@ from engine.datafiles import resolve  # noqa: E402
 from engine.paths import out_folder_problem  # noqa: E402
 from engine.presets import PRESETS  # noqa: E402
 from utils import evaluate_places  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import figures  # noqa: E402
 
 # name -> (variant, extra flags, pretrain?)
 MODELS = {
@@ -212,36 +214,20 @@ def read_losses(out):
     return curves
 
 
-def plot(curves, path):
-    """Loss curves as a PNG, drawn with Pillow (a dependency of tensorboard): one panel for
-    pretraining, one for finetuning, x = fraction of the run, smoothed."""
-    from PIL import Image, ImageDraw
-    colours = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189)]
-    W, H, pad = 1000, 420, 50
-    img = Image.new('RGB', (W, H), 'white')
-    draw = ImageDraw.Draw(img)
-    for p, function in enumerate(('pretrain', 'finetune')):
-        x0, x1, y0, y1 = pad + p * W // 2, (p + 1) * W // 2 - 20, 40, H - pad
-        runs = {k.split('/')[0]: v for k, v in curves.items() if k.endswith('/' + function)}
-        draw.rectangle([x0, y0, x1, y1], outline='black')
-        draw.text((x0, 10), f'{function}: train loss (smoothed) vs fraction of run', fill='black')
-        values = [v for pts in runs.values() for _, v in pts]
-        if not values:
+def steps_per_epoch(out, curves):
+    """{'<model>/<stage>': steps per epoch} from the .run.json run.py wrote beside each params
+    file (its steps over its epochs); stages without one are left out."""
+    found = {}
+    for key in curves:
+        name, stage = key.split('/')
+        params = files_of(name).get('pretrain' if stage == 'pretrain' else 'params') if name in MODELS else None
+        try:
+            with open(os.path.join(out, f'{params}.run.json'), encoding='utf-8') as f:
+                record = json.load(f)
+            found[key] = record['steps'] / record['epochs_trained']
+        except (TypeError, OSError, ValueError, KeyError, ZeroDivisionError):
             continue
-        lo, hi = min(values), max(values)
-        draw.text((x0 - 45, y0), f'{hi:.2f}', fill='black')
-        draw.text((x0 - 45, y1 - 10), f'{lo:.2f}', fill='black')
-        for i, (name, pts) in enumerate(sorted(runs.items())):
-            colour = colours[i % len(colours)]
-            k = max(1, len(pts) // 100)  # moving average over ~1% of the run
-            vals = [v for _, v in pts]
-            smooth = [sum(vals[max(0, j - k + 1):j + 1]) / len(vals[max(0, j - k + 1):j + 1])
-                      for j in range(len(vals))]
-            xy = [(x0 + (x1 - x0) * j / max(1, len(smooth) - 1),
-                   y1 - (y1 - y0) * (v - lo) / max(hi - lo, 1e-9)) for j, v in enumerate(smooth)]
-            draw.line(xy, fill=colour, width=2)
-            draw.text((x1 - 160, y0 + 8 + 14 * i), name, fill=colour)
-    img.save(path)
+    return found
 
 
 def report(out, timings, flags, preset, models=MODELS, out_arg=None, time_budget=None):
@@ -276,7 +262,11 @@ def report(out, timings, flags, preset, models=MODELS, out_arg=None, time_budget
         lines += [''] + [f'- {name}: {text}' for name, text in info['readings'].items()]
     curves = read_losses(out)
     if curves:
-        plot(curves, os.path.join(out, 'loss_curves.png'))
+        scored = [f"{r['model']} {r['dev']['percent']:.1f}%" for r in rows[1:] if r['dev']]
+        title = (f'Training loss ({preset} preset); dev accuracy: ' + ', '.join(scored or ['-'])
+                 + f"; London baseline {rows[0]['dev']['percent']:.1f}%")
+        figures.loss_curves(curves, steps_per_epoch(out, curves), title,
+                            os.path.join(out, 'loss_curves.png'))
         lines += ['', '![training loss curves](loss_curves.png)']
     with open(os.path.join(out, 'report.md'), 'w', encoding='utf-8') as f:
         f.write('\n'.join(lines) + '\n')

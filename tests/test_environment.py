@@ -9,7 +9,7 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV_YML = os.path.join(REPO, 'environment.yml')
 REQUIREMENTS = [os.path.join(REPO, 'requirements.txt'), os.path.join(REPO, 'requirements-test.txt')]
-CONDA_TO_PIP = {'pytorch': 'torch'}   # conda-forge names that differ from PyPI's
+CONDA_TO_PIP = {'pytorch': 'torch', 'matplotlib-base': 'matplotlib'}  # conda-forge names unlike PyPI's
 NOT_PACKAGES = {'python', 'pip'}      # the interpreter and the installer, not requirements
 
 

@@ -54,7 +54,23 @@ def finished_run(tmp_path):
         for step in range(50):
             w.add_scalar('train/loss', 3.0 - step / 50, step)
         w.close()
+    # what run.py records beside its params: 5 epochs of 10 steps
+    (tmp_path / 'vanilla.pretrain.params.run.json').write_text('{"steps": 50, "epochs_trained": 5}')
     return tmp_path
+
+
+def test_the_loss_curves_of_a_run_are_in_epochs_with_the_accuracies(finished_run, monkeypatch):
+    drawn = []
+    draw = run_all.figures.loss_curves
+    monkeypatch.setattr(run_all.figures, 'loss_curves', lambda *a: drawn.append(draw(*a)))
+    run_all.report(str(finished_run), {}, [], 'cpu-20min', models=['vanilla'])
+    fig, = drawn
+    assert fig.get_suptitle() == ('Training loss (cpu-20min preset); dev accuracy: vanilla 12.0%; '
+                                  'London baseline 5.0%')
+    pre, fine = fig.axes
+    assert pre.get_xlabel() == 'epoch' and pre.get_lines()[0].get_xdata()[-1] == 5.0
+    assert fine.get_xlabel() == 'step'  # no finetune params' record: its epochs are not known
+    assert [len(ax.get_lines()) for ax in fig.axes] == [1, 1]
 
 
 def test_report_from_outputs(finished_run):

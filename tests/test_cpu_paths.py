@@ -338,3 +338,52 @@ def test_an_idle_machine_keeps_every_thread_and_says_nothing():
 def test_the_trainer_follows_the_load_when_asked(changes, follows):
     t = trainer.Trainer(torch.nn.Linear(2, 2), None, None, trainer.TrainerConfig(**changes))
     assert any(isinstance(c, cpu_load.FollowLoad) for c in t.callbacks) is follows
+
+
+MEASURED = {'idle': dict(left=1.0, dev='18-23%'), 'heavy load': dict(left=0.5, dev='11%'),
+            'light load': dict(left=0.87, dev='16%')}
+
+
+def saw(shares, usable=2, measured=MEASURED):
+    """What SawLoad says at the end of a run of len(shares) 1-s steps on LoadedMachine."""
+    machine, said = LoadedMachine(shares), []
+    extra = cpu_load.SawLoad(measured, times=machine.times, cores=2, usable=usable,
+                             say=lambda line, **kw: said.append(line))
+    run = types.SimpleNamespace(clock=machine.clock, step=100, rank=0)
+    extra.on_train_start(run)
+    for _ in shares:
+        machine.step()
+        run.step += 1
+    extra.on_train_end(run)
+    return run.others_share, said
+
+
+def test_a_run_says_the_load_it_had_and_what_runs_under_such_a_load_answered():
+    others, said = saw([0.5] * 60)
+    assert others == 0.5
+    assert said == ['cpu: other processes used 50% of the machine\'s CPUs while this trained (it '
+                    'could use 2); 60 steps in 1.0 min. Runs of this preset measured with 50% of '
+                    'the machine (heavy load) answered 11% of dev, idle runs 18-23% '
+                    '(results/cpu-20min/README.md)']
+    assert 'light load' in saw([0.15] * 60)[1][0]  # 85% left: the nearest measured is 87%
+
+
+def test_an_idle_run_says_its_load_without_a_cost():
+    others, said = saw([0.05] * 30)
+    assert others == pytest.approx(0.05)
+    assert said == ['cpu: other processes used 5% of the machine\'s CPUs while this trained (it '
+                    'could use 2); 30 steps in 0.5 min']
+    assert saw([0.5] * 30, measured=None)[1][0].endswith('30 steps in 0.5 min')  # none measured
+
+
+def test_a_run_on_one_of_two_cores_compares_itself_with_the_one_core_runs():
+    _, said = saw([0.0] * 30, usable=1)
+    assert 'it could use 1 of its 2' in said[0] and '(heavy load) answered 11%' in said[0]
+
+
+def test_the_end_line_is_for_cpu_runs_of_a_preset_that_measured_its_load():
+    config = trainer.TrainerConfig(under_load=MEASURED)
+    assert any(isinstance(c, cpu_load.SawLoad) for c in trainer.Trainer(
+        torch.nn.Linear(2, 2), None, None, config).callbacks)
+    assert not any(isinstance(c, cpu_load.SawLoad) for c in trainer.Trainer(
+        torch.nn.Linear(2, 2), None, None, trainer.TrainerConfig()).callbacks)

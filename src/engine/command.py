@@ -205,6 +205,7 @@ def trainer_config(args, stage, pretrain_len, device, writer=None):
         compile=args.compile, path_cache=cpu_paths.default_path_cache(),
         log_every=1 if device == 'cpu' else 25,
         follow_load=presets.adapts(args.preset) and cpu_load.follows(),
+        under_load=presets.under_load(args.preset) if presets.adapts(args.preset) else None,
         resume_path=args.writing_params_path + '.ckpt', resume=args.resume,
         checkpoint_every=args.checkpoint_every,
         time_budget=None if budget is None else budget * 60, start_time=args.started,
@@ -290,7 +291,7 @@ def save_params(gpt, args, device, run, tconf, budget, stage):
                  n_layer=inputs.layers_of(gpt.state_dict()),
                  time_budget_minutes=budget, epochs_asked=tconf.max_epochs,
                  epochs_planned=run.schedule.max_epochs, epochs_trained=run.epochs_trained,
-                 steps=run.step)
+                 steps=run.step, others_share=getattr(run, 'others_share', None) and round(run.others_share, 4))
 
 
 def write_predictions(args, predictions, gold_lines, device, precision):

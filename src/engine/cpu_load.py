@@ -123,3 +123,55 @@ class FollowLoad:
         if self.fewer:
             self.say(f'cpu: {self.fewer} of {self.steps} steps ran on fewer threads than '
                      f'{self.most} ({self.changes} changes with the load)', flush=True)
+
+
+def usable_cores():
+    """The CPUs this process may run on (fewer than the machine's under `taskset`)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+class SawLoad:
+    """Trainer extra: at the end of training, one line with what the run had: the share of the
+    CPUs other processes used while it trained, the CPUs it could use, the steps it trained, and,
+    where it had clearly less than an idle machine, what runs measured under the nearest load
+    answered (`measured`: the preset's table, presets.UNDER_LOAD). The share also goes into the
+    run's record (trainer.others_share)."""
+
+    def __init__(self, measured, times=cpu_times, cores=None, usable=None, say=print):
+        self.measured, self.times, self.say = measured, times, say
+        self.cores = cores or os.cpu_count() or 1
+        self.usable = usable or usable_cores()
+
+    def on_train_start(self, trainer):
+        self.meter, self.first_step = LoadMeter(trainer.clock, self.times, self.cores), trainer.step
+
+    def on_train_end(self, trainer):
+        others = trainer.others_share = self.meter.others()
+        if trainer.rank != 0:
+            return
+        minutes = (trainer.clock() - self.meter.wall) / 60
+        share = 'not known' if others is None else f'{others:.0%}'
+        cpus = f'{self.cores}' if self.usable >= self.cores else f'{self.usable} of its {self.cores}'
+        line = (f'cpu: other processes used {share} of the machine\'s CPUs while this trained '
+                f'(it could use {cpus}); {trainer.step - self.first_step:,} steps in {minutes:.1f} min')
+        near = expected(self.measured, others, self.usable, self.cores)
+        if near is not None:
+            line += f'. {near}'
+        self.say(line, flush=True)
+
+
+def expected(measured, others, usable, cores):
+    """What runs measured under the load nearest to this one answered, beside the idle runs'
+    figure, or None where this run was about as idle as they (others below a tenth of the
+    CPUs, every CPU usable) or nothing was measured."""
+    if not measured or others is None or (others < 0.1 and usable >= cores):
+        return None
+    have = (1 - others) * min(usable, cores) / cores  # the machine's share left to this run
+    name, row = min(measured.items(), key=lambda item: abs(item[1]['left'] - have))
+    idle = measured.get('idle')
+    return (f'Runs of this preset measured with {row["left"]:.0%} of the machine ({name}) answered '
+            f'{row["dev"]} of dev' + (f', idle runs {idle["dev"]}' if idle and name != 'idle' else '')
+            + ' (results/cpu-20min/README.md)')

@@ -6,7 +6,7 @@ exists (plan.py); during training only the re-plan acts (the threads at the load
 the pace) and resume, and an epoch's re-plan comes before the checkpoint that saves it."""
 from engine.budget import TimeBudget, budgeted
 from engine.checkpoint import Resumable
-from engine.cpu_load import FollowLoad
+from engine.cpu_load import FollowLoad, SawLoad
 from engine.plan import follows
 
 
@@ -16,6 +16,8 @@ def for_trainer(trainer):
     extras = []
     if follows(config, trainer.device):
         extras.append(FollowLoad(times=trainer.cpu_times))
+    if config.under_load is not None and trainer.device.type == 'cpu':
+        extras.append(SawLoad(config.under_load, times=trainer.cpu_times))
     if budgeted(config):
         extras.append(TimeBudget(trainer.clock))
     if config.resume_path is not None:

@@ -126,7 +126,7 @@ MINGPT_TRAINER = dict(shuffle=True, decay_rule='matmul')
 
 
 def _preset(model=None, rehearsal_lead=None, mix=None, time_budget=None, slow=None,
-            adapts=False, **stage_changes):
+            adapts=False, under_load=None, **stage_changes):
     """The handout's model and stages, with some values replaced. rehearsal_lead: finetuning
     after pretraining also trains on the pretraining corpus, each example led by this text
     (cpu_recipe.LeadInDataset); None (the handout) finetunes on the questions alone. mix:
@@ -140,7 +140,10 @@ def _preset(model=None, rehearsal_lead=None, mix=None, time_budget=None, slow=No
     (cpu_recipe.model_for); None: never. adapts: training on a CPU may trade exact reproducibility for
     speed: precision 'auto' measures bf16 against fp32 and torch's threads follow the machine's
     load (the same seed may then give params that differ by float noise); False computes in fp32
-    on a fixed thread count, as the handout's starter does, unless --precision asks otherwise."""
+    on a fixed thread count, as the handout's starter does, unless --precision asks otherwise.
+    under_load: {condition: dict(left=the machine's share the run had, dev=what runs answered)},
+    measured runs of the preset, which a run that had less than an idle machine names at its end
+    (cpu_load.SawLoad); None: nothing measured."""
     preset = {stage: {**values, **stage_changes.get(stage, {})} for stage, values in HANDOUT.items()}
     preset['model'] = {**MODEL, **(model or {})}
     preset['rehearsal_lead'] = rehearsal_lead
@@ -148,6 +151,7 @@ def _preset(model=None, rehearsal_lead=None, mix=None, time_budget=None, slow=No
     preset['time_budget'] = dict(time_budget or {})
     preset['slow'] = dict(slow) if slow else None
     preset['adapts'] = adapts
+    preset['under_load'] = dict(under_load) if under_load else None
     return preset
 
 
@@ -185,6 +189,13 @@ CPU_MIX = dict(
     adapts=True,
 )
 
+# What `bash scripts/main.sh` (cpu-20min) answered from fresh clones on the 2-core AVX2 EPYC, by
+# the share of the machine the run had (results/cpu-20min/README.md): a run that had less says so.
+CPU_20MIN_UNDER_LOAD = {
+    'idle': dict(left=1.0, dev='18.4-23.0%'),
+    'one core of two': dict(left=0.5, dev='5.8% and 8.4%'),
+}
+
 PRESETS = {
     'handout': _preset(),
     # A smoke run: the whole pipeline in a few minutes on a CPU, to see it work end to end
@@ -200,7 +211,8 @@ PRESETS = {
     # CPU_MIX in 41 + 1 minutes: the 20-minute recipe with more than twice its epochs.
     'cpu-45min': _preset(**CPU_MIX, time_budget={'pretrain': 41, 'finetune_pretrained': 1}),
     # `bash scripts/main.sh`'s default without a GPU: CPU_MIX in 17 + 1 minutes.
-    'cpu-20min': _preset(**CPU_MIX, time_budget={'pretrain': 17, 'finetune_pretrained': 1}),
+    'cpu-20min': _preset(**CPU_MIX, time_budget={'pretrain': 17, 'finetune_pretrained': 1},
+                         under_load=CPU_20MIN_UNDER_LOAD),
 }
 
 
@@ -246,6 +258,11 @@ def adapts(preset):
     """Whether `preset` lets a CPU run choose its precision and thread count by measuring (see
     _preset); the handout's computes in fp32 on a fixed thread count."""
     return PRESETS[preset]['adapts']
+
+
+def under_load(preset):
+    """The preset's measured runs by load (see _preset), or None."""
+    return PRESETS[preset]['under_load']
 
 
 def model_values(preset):

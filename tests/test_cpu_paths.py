@@ -340,8 +340,9 @@ def test_the_trainer_follows_the_load_when_asked(changes, follows):
     assert any(isinstance(c, cpu_load.FollowLoad) for c in t.callbacks) is follows
 
 
-MEASURED = {'idle': dict(left=1.0, dev='18-23%'), 'heavy load': dict(left=0.5, dev='11%'),
-            'light load': dict(left=0.87, dev='16%')}
+MEASURED = dict(source='results/x.md', runs={
+    'idle': dict(left=1.0, dev='18-23%'), 'heavy load': dict(left=0.5, dev='11%'),
+    'light load': dict(left=0.87, dev='16%')})
 
 
 def saw(shares, usable=2, measured=MEASURED):
@@ -364,7 +365,7 @@ def test_a_run_says_the_load_it_had_and_what_runs_under_such_a_load_answered():
     assert said == ['cpu: other processes used 50% of the machine\'s CPUs while this trained (it '
                     'could use 2); 60 steps in 1.0 min. Runs of this preset measured with 50% of '
                     'the machine (heavy load) answered 11% of dev, idle runs 18-23% '
-                    '(results/cpu-20min/README.md)']
+                    '(results/x.md)']
     assert 'light load' in saw([0.15] * 60)[1][0]  # 85% left: the nearest measured is 87%
 
 

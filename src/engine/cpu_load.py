@@ -137,8 +137,8 @@ class SawLoad:
     """Trainer extra: at the end of training, one line with what the run had: the share of the
     CPUs other processes used while it trained, the CPUs it could use, the steps it trained, and,
     where it had clearly less than an idle machine, what runs measured under the nearest load
-    answered (`measured`: the preset's table, presets.UNDER_LOAD). The share also goes into the
-    run's record (trainer.others_share)."""
+    answered (`measured`: the preset's table, presets' `under_load`). The share also goes into
+    the run's record (trainer.others_share)."""
 
     def __init__(self, measured, times=cpu_times, cores=None, usable=None, say=print):
         self.measured, self.times, self.say = measured, times, say
@@ -170,8 +170,9 @@ def expected(measured, others, usable, cores):
     if not measured or others is None or (others < 0.1 and usable >= cores):
         return None
     have = (1 - others) * min(usable, cores) / cores  # the machine's share left to this run
-    name, row = min(measured.items(), key=lambda item: abs(item[1]['left'] - have))
-    idle = measured.get('idle')
+    runs = measured['runs']
+    name, row = min(runs.items(), key=lambda item: abs(item[1]['left'] - have))
+    idle = runs.get('idle')
     return (f'Runs of this preset measured with {row["left"]:.0%} of the machine ({name}) answered '
             f'{row["dev"]} of dev' + (f', idle runs {idle["dev"]}' if idle and name != 'idle' else '')
-            + ' (results/cpu-20min/README.md)')
+            + f' ({measured["source"]})')

@@ -202,7 +202,10 @@ def read_losses(out):
         if not os.path.isdir(root):
             continue
         for run in sorted(os.listdir(root)):
-            name = run.split('_')[0]
+            # <tb_expt_name>_<variant>_...: run_all names each run by its model; a run by hand
+            # (main.sh's) is named 'run', and its variant names the model it trained
+            name, variant = (run.split('_') + [''])[:2]
+            name = name if name in MODELS or variant not in MODELS else variant
             points = []
             for event_file in sorted(os.listdir(os.path.join(root, run))):
                 acc = EventAccumulator(os.path.join(root, run, event_file), size_guidance={'scalars': 0})

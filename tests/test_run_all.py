@@ -73,6 +73,17 @@ def test_the_loss_curves_of_a_run_are_in_epochs_with_the_accuracies(finished_run
     assert [len(ax.get_lines()) for ax in fig.axes] == [1, 1]
 
 
+def test_a_run_named_by_hand_is_drawn_as_its_model(finished_run):
+    # main.sh's commands leave the handout's default name, 'run', on the tensorboard folder
+    for function in ('pretrain', 'finetune'):
+        folder = finished_run / 'expt' / function
+        (folder / 'vanilla_vanilla_32_pt_lr_0.006000_ft_lr_0.000600').rename(
+            folder / 'run_vanilla_32_pt_lr_0.006000_ft_lr_0.000600')
+    curves = run_all.read_losses(str(finished_run))
+    assert sorted(curves) == ['vanilla/finetune', 'vanilla/pretrain']
+    assert run_all.steps_per_epoch(str(finished_run), curves) == {'vanilla/pretrain': 10.0}
+
+
 def test_report_from_outputs(finished_run):
     subprocess.run([sys.executable, os.path.join(REPO, 'scripts', 'run_all.py'), '--report-only',
                     '--out', str(finished_run)], check=True, capture_output=True)

@@ -341,16 +341,19 @@ def test_the_trainer_follows_the_load_when_asked(changes, follows):
 
 
 MEASURED = dict(source='results/x.md', runs={
-    'idle': dict(left=1.0, dev='18-23%'), 'heavy load': dict(left=0.5, dev='11%'),
-    'light load': dict(left=0.87, dev='16%')})
+    'idle': dict(layers=4, steps=(2500, 3000), dev='18-23%'),
+    'beside a light load': dict(layers=4, steps=(2300, 2400), dev='10%'),
+    'on one core': dict(layers=2, steps=(3400, 3500), dev='6-8%')})
 
 
-def saw(shares, usable=2, measured=MEASURED):
-    """What SawLoad says at the end of a run of len(shares) 1-s steps on LoadedMachine."""
+def saw(shares, steps_before=0, layers=4, usable=2, measured=MEASURED):
+    """What SawLoad says at the end of a run of len(shares) 1-s steps on LoadedMachine, after
+    `steps_before` steps of an earlier call (resumed)."""
     machine, said = LoadedMachine(shares), []
     extra = cpu_load.SawLoad(measured, times=machine.times, cores=2, usable=usable,
                              say=lambda line, **kw: said.append(line))
-    run = types.SimpleNamespace(clock=machine.clock, step=100, rank=0)
+    model = types.SimpleNamespace(blocks=[None] * layers)
+    run = types.SimpleNamespace(clock=machine.clock, step=steps_before, rank=0, model=model)
     extra.on_train_start(run)
     for _ in shares:
         machine.step()
@@ -359,29 +362,25 @@ def saw(shares, usable=2, measured=MEASURED):
     return run.others_share, said
 
 
-def test_a_run_says_the_load_it_had_and_what_runs_under_such_a_load_answered():
-    others, said = saw([0.5] * 60)
+def test_a_starved_run_says_its_load_and_what_runs_with_as_many_steps_answered():
+    others, said = saw([0.5] * 60, steps_before=2290)
     assert others == 0.5
     assert said == ['cpu: other processes used 50% of the machine\'s CPUs while this trained (it '
-                    'could use 2); 60 steps in 1.0 min. Runs of this preset measured with 50% of '
-                    'the machine (heavy load) answered 11% of dev, idle runs 18-23% '
-                    '(results/x.md)']
-    assert 'light load' in saw([0.15] * 60)[1][0]  # 85% left: the nearest measured is 87%
+                    'could use 2); 60 steps of 4 layers in 1.0 min. Idle runs of this preset '
+                    'trained 2,500-3,000 steps of 4 layers and answered 18-23% of dev; runs beside '
+                    'a light load (2,300-2,400 of 4) answered 10% (results/x.md)']
+    # fewer steps than any measured: the nearest; a shallower model: the runs of its depth
+    assert 'runs beside a light load' in saw([0.0] * 10, steps_before=1000)[1][0]
+    _, said = saw([0.0] * 30, steps_before=3000, layers=2, usable=1)
+    assert 'it could use 1 of its 2' in said[0] and 'runs on one core (3,400-3,500 of 2) answered 6-8%' in said[0]
 
 
-def test_an_idle_run_says_its_load_without_a_cost():
-    others, said = saw([0.05] * 30)
+def test_a_run_with_the_idle_runs_steps_says_its_load_without_a_cost():
+    others, said = saw([0.05] * 30, steps_before=2800)
     assert others == pytest.approx(0.05)
     assert said == ['cpu: other processes used 5% of the machine\'s CPUs while this trained (it '
-                    'could use 2); 30 steps in 0.5 min']
-    assert saw([0.5] * 30, measured=None)[1][0].endswith('30 steps in 0.5 min')  # none measured
-
-
-def test_a_run_on_one_of_two_cores_compares_itself_with_the_one_core_runs():
-    _, said = saw([0.0] * 30, usable=1)
-    assert 'it could use 1 of its 2' in said[0] and '(heavy load) answered 11%' in said[0]
-
-
+                    'could use 2); 30 steps of 4 layers in 0.5 min']
+    assert saw([0.5] * 30, measured=None)[1][0].endswith('30 steps of 4 layers in 0.5 min')
 def test_the_end_line_is_for_cpu_runs_of_a_preset_that_measured_its_load():
     config = trainer.TrainerConfig(under_load=MEASURED)
     assert any(isinstance(c, cpu_load.SawLoad) for c in trainer.Trainer(

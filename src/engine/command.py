@@ -205,7 +205,7 @@ def trainer_config(args, stage, pretrain_len, device, writer=None):
         compile=args.compile, path_cache=cpu_paths.default_path_cache(),
         log_every=1 if device == 'cpu' else 25,
         follow_load=presets.adapts(args.preset) and cpu_load.follows(),
-        under_load=presets.under_load(args.preset) if presets.adapts(args.preset) else None,
+        under_load=presets.under_load(args.preset) if stage == 'pretrain' else None,
         resume_path=args.writing_params_path + '.ckpt', resume=args.resume,
         checkpoint_every=args.checkpoint_every,
         time_budget=None if budget is None else budget * 60, start_time=args.started,

@@ -136,9 +136,9 @@ def usable_cores():
 class SawLoad:
     """Trainer extra: at the end of training, one line with what the run had: the share of the
     CPUs other processes used while it trained, the CPUs it could use, the steps it trained, and,
-    where it had clearly less than an idle machine, what runs measured under the nearest load
-    answered (`measured`: the preset's table, presets' `under_load`). The share also goes into
-    the run's record (trainer.others_share)."""
+    where it trained fewer steps than the preset's idle runs did here (or a shallower model), what
+    those runs and the measured runs nearest to it answered (`measured`: the preset's
+    `under_load`, presets.py). The share also goes into the run's record (trainer.others_share)."""
 
     def __init__(self, measured, times=cpu_times, cores=None, usable=None, say=print):
         self.measured, self.times, self.say = measured, times, say
@@ -153,26 +153,35 @@ class SawLoad:
         if trainer.rank != 0:
             return
         minutes = (trainer.clock() - self.meter.wall) / 60
+        steps, layers = trainer.step - self.first_step, len(getattr(trainer.model, 'blocks', ()))
         share = 'not known' if others is None else f'{others:.0%}'
         cpus = f'{self.cores}' if self.usable >= self.cores else f'{self.usable} of its {self.cores}'
         line = (f'cpu: other processes used {share} of the machine\'s CPUs while this trained '
-                f'(it could use {cpus}); {trainer.step - self.first_step:,} steps in {minutes:.1f} min')
-        near = expected(self.measured, others, self.usable, self.cores)
-        if near is not None:
-            line += f'. {near}'
-        self.say(line, flush=True)
+                f'(it could use {cpus}); {steps:,} steps of {layers} layers in {minutes:.1f} min')
+        near = expected(self.measured, trainer.step, layers)
+        self.say(line + ('' if near is None else f'. {near}'), flush=True)
 
 
-def expected(measured, others, usable, cores):
-    """What runs measured under the load nearest to this one answered, beside the idle runs'
-    figure, or None where this run was about as idle as they (others below a tenth of the
-    CPUs, every CPU usable) or nothing was measured."""
-    if not measured or others is None or (others < 0.1 and usable >= cores):
+def expected(measured, steps, layers):
+    """What the preset's idle runs trained and answered, and the measured runs of this depth whose
+    steps come nearest to `steps`; None where the run trained a model as deep as the idle runs'
+    for at least as many steps as they (or nothing was measured). A run's steps are what its
+    time bought: a busy machine and a slow one both show there."""
+    if not measured:
         return None
-    have = (1 - others) * min(usable, cores) / cores  # the machine's share left to this run
     runs = measured['runs']
-    name, row = min(runs.items(), key=lambda item: abs(item[1]['left'] - have))
-    idle = runs.get('idle')
-    return (f'Runs of this preset measured with {row["left"]:.0%} of the machine ({name}) answered '
-            f'{row["dev"]} of dev' + (f', idle runs {idle["dev"]}' if idle and name != 'idle' else '')
+    idle = runs['idle']
+    if layers == idle['layers'] and steps >= idle['steps'][0]:
+        return None
+    alike = {name: row for name, row in runs.items() if row['layers'] == layers} or runs
+    name, row = min(alike.items(), key=lambda item: max(item[1]['steps'][0] - steps,
+                                                        steps - item[1]['steps'][1], 0))
+    return (f'Idle runs of this preset trained {span(idle["steps"])} steps of {idle["layers"]} '
+            f'layers and answered {idle["dev"]} of dev' + ('' if name == 'idle' else
+            f'; runs {name} ({span(row["steps"])} of {row["layers"]}) answered {row["dev"]}')
             + f' ({measured["source"]})')
+
+
+def span(steps):
+    low, high = steps
+    return f'{low:,}' if low == high else f'{low:,}-{high:,}'

@@ -141,9 +141,10 @@ def _preset(model=None, rehearsal_lead=None, mix=None, time_budget=None, slow=No
     speed: precision 'auto' measures bf16 against fp32 and torch's threads follow the machine's
     load (the same seed may then give params that differ by float noise); False computes in fp32
     on a fixed thread count, as the handout's starter does, unless --precision asks otherwise.
-    under_load: dict(source=where the runs are, runs={condition: dict(left=the machine's share
-    the runs had, dev=what they answered)}): measured runs of the preset, which a run that had
-    less than an idle machine names at its end (cpu_load.SawLoad); None: nothing measured."""
+    under_load: dict(source=where the runs are, runs={condition: dict(layers=, steps=(fewest,
+    most), dev=what they answered)}, one condition 'idle'): measured runs of the preset, which a
+    run that trained fewer steps than the idle ones names at its end (cpu_load.SawLoad); None:
+    nothing measured."""
     preset = {stage: {**values, **stage_changes.get(stage, {})} for stage, values in HANDOUT.items()}
     preset['model'] = {**MODEL, **(model or {})}
     preset['rehearsal_lead'] = rehearsal_lead
@@ -189,11 +190,12 @@ CPU_MIX = dict(
     adapts=True,
 )
 
-# What `bash scripts/main.sh` (cpu-20min) answered from fresh clones on the 2-core AVX2 EPYC, by
-# the share of the machine the run had (results/cpu-20min/README.md): a run that had less says so.
+# What `bash scripts/main.sh` (cpu-20min) trained and answered from fresh clones on the 2-core
+# AVX2 EPYC (results/cpu-20min/README.md): a run that trained fewer steps says what such runs got.
 CPU_20MIN_UNDER_LOAD = dict(source='results/cpu-20min/README.md', runs={
-    'idle': dict(left=1.0, dev='18.4-23.0%'),
-    'one core of two': dict(left=0.5, dev='5.8% and 8.4%'),
+    'idle': dict(layers=4, steps=(2542, 3038), dev='18.4-23.0%'),
+    'beside the light load': dict(layers=4, steps=(2356, 2356), dev='10.0%'),
+    'on one core': dict(layers=2, steps=(3410, 3534), dev='5.8% and 8.4%'),
 })
 
 PRESETS = {

@@ -195,7 +195,8 @@ CPU_MIX = dict(
 CPU_20MIN_UNDER_LOAD = dict(source='results/cpu-20min/README.md', runs={
     'idle': dict(layers=4, steps=(2542, 3038), dev='18.4-23.0%'),
     'beside the light load': dict(layers=4, steps=(2356, 2356), dev='10.0%'),
-    'on one core': dict(layers=2, steps=(3410, 3534), dev='5.8% and 8.4%'),
+    'with one core (beside the heavy load, or taskset)': dict(layers=2, steps=(3410, 3596),
+                                                              dev='4.6-8.4% (5 runs)'),
 })
 
 PRESETS = {

@@ -196,7 +196,7 @@ CPU_20MIN_UNDER_LOAD = dict(source='results/cpu-20min/README.md', runs={
     'idle': dict(layers=4, steps=(2542, 3038), dev='18.4-23.0%'),
     'beside the light load': dict(layers=4, steps=(2356, 2356), dev='10.0%'),
     'with one core (beside the heavy load, or taskset)': dict(layers=2, steps=(3410, 3596),
-                                                              dev='4.6-8.4% (5 runs)'),
+                                                              dev='4.6-8.4% (4 runs)'),
 })
 
 PRESETS = {

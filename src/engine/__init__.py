@@ -11,7 +11,8 @@ named points. Nothing here is the handout's; each module says what it holds in i
   plan         the machine measured once, before training: the run's plan
   extras       what attaches to the trainer's named points, in order
   budget, checkpoint, cpu_load, cpu_paths, progress   those extras: time budget, resume,
-               threads under load, precision/attention path, the training log
+               threads under load and the load said at the end, precision/attention path,
+               the training log
   batches, measure, weight_decay, devices, distributed, fastpath, decode, common
                batching, timing steps, optimizer groups, device and precision, torchrun,
                the bookkeeping that skips padding, batched decoding, shared helpers

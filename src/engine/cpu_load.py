@@ -8,7 +8,9 @@ same cores (the spinning threads take its turns and theirs). Fewer threads, one 
 others leave free, are as fast as waiting passively when the machine is busy and cost nothing
 when it is idle; and unlike the wait policy (read once, when OpenMP starts) the thread count can
 change at any step. So the trainer re-measures the others' share every few seconds and gives
-torch the cores they leave (FollowLoad): docs/speed.md has the figures.
+torch the cores they leave (FollowLoad): docs/speed.md has the figures. At the end of a
+pretraining whose preset measured runs under load, one line says what the run had and what
+such runs answered (SawLoad), so a student whose run was starved knows why.
 """
 import os
 import time

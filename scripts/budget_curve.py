@@ -21,7 +21,6 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, 'scripts'))
 sys.path.insert(0, os.path.join(REPO, 'src'))
-import figures  # noqa: E402
 import run_all  # noqa: E402
 from engine.common import MAX_BUDGET_MINUTES, OneLineParser  # noqa: E402
 from engine.datafiles import resolve  # noqa: E402
@@ -70,6 +69,7 @@ def write(points, out, preset, model, command):
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, 'budget_curve.json'), 'w', encoding='utf-8') as f:
         json.dump(dict(preset=preset, model=model, command=command, runs=points), f, indent=2)
+    import figures  # (matplotlib: only where there is something to draw)
     figures.budget_curve(points, LONDON, f'{model}, preset {preset}: dev accuracy against time budget',
                          os.path.join(out, 'budget_curve.png'))
     devices = sorted({p['device'] for p in points})

@@ -39,8 +39,6 @@ from engine.datafiles import resolve  # noqa: E402
 from engine.paths import out_folder_problem  # noqa: E402
 from engine.presets import PRESETS  # noqa: E402
 from utils import evaluate_places  # noqa: E402
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import figures  # noqa: E402
 
 # name -> (variant, extra flags, pretrain?)
 MODELS = {
@@ -265,6 +263,7 @@ def report(out, timings, flags, preset, models=MODELS, out_arg=None, time_budget
         lines += [''] + [f'- {name}: {text}' for name, text in info['readings'].items()]
     curves = read_losses(out)
     if curves:
+        import figures  # (matplotlib: only where there is something to draw)
         scored = [f"{r['model']} {r['dev']['percent']:.1f}%" for r in rows[1:] if r['dev']]
         title = (f'Training loss ({preset} preset); dev accuracy: ' + ', '.join(scored or ['-'])
                  + f"; London baseline {rows[0]['dev']['percent']:.1f}%")

@@ -60,9 +60,10 @@ def finished_run(tmp_path):
 
 
 def test_the_loss_curves_of_a_run_are_in_epochs_with_the_accuracies(finished_run, monkeypatch):
+    import figures
     drawn = []
-    draw = run_all.figures.loss_curves
-    monkeypatch.setattr(run_all.figures, 'loss_curves', lambda *a: drawn.append(draw(*a)))
+    draw = figures.loss_curves
+    monkeypatch.setattr(figures, 'loss_curves', lambda *a: drawn.append(draw(*a)))
     run_all.report(str(finished_run), {}, [], 'cpu-20min', models=['vanilla'])
     fig, = drawn
     assert fig.get_suptitle() == ('Training loss (cpu-20min preset); dev accuracy: vanilla 12.0%; '

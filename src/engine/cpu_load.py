@@ -35,12 +35,17 @@ def cpu_times():
         return None
 
 
+def machine_cores():
+    """The machine's CPUs, which /proc's counters cover (1 where it cannot be told)."""
+    return os.cpu_count() or 1
+
+
 class LoadMeter:
     """The share of the machine's CPUs that other processes used since it was made."""
 
     def __init__(self, clock=time.time, times=cpu_times, cores=None):
         self.clock, self.times = clock, times
-        self.cores = cores or os.cpu_count() or 1
+        self.cores = cores or machine_cores()
         self.wall, self.start = clock(), times()
 
     def others(self):
@@ -86,7 +91,7 @@ class FollowLoad:
     def __init__(self, every=5.0, times=cpu_times, threads=None, cores=None, say=print):
         self.get_threads, self.set_threads = threads or (torch.get_num_threads, torch.set_num_threads)
         self.every, self.times, self.say = every, times, say
-        self.cores = cores or os.cpu_count() or 1
+        self.cores = cores or machine_cores()
 
     def on_train_start(self, trainer):
         # the plan may have started the run on fewer threads than the machine's (plan.py)
@@ -132,7 +137,7 @@ def usable_cores():
     try:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
-        return os.cpu_count() or 1
+        return machine_cores()
 
 
 class SawLoad:
@@ -144,7 +149,7 @@ class SawLoad:
 
     def __init__(self, measured, times=cpu_times, cores=None, usable=None, say=print):
         self.measured, self.times, self.say = measured, times, say
-        self.cores = cores or os.cpu_count() or 1
+        self.cores = cores or machine_cores()
         self.usable = usable or usable_cores()
 
     def on_train_start(self, trainer):

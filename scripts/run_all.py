@@ -263,7 +263,12 @@ def report(out, timings, flags, preset, models=MODELS, out_arg=None, time_budget
         lines += [''] + [f'- {name}: {text}' for name, text in info['readings'].items()]
     curves = read_losses(out)
     if curves:
-        import figures  # (matplotlib: only where there is something to draw)
+        try:
+            import figures  # (matplotlib: only where there is something to draw)
+        except ImportError as e:  # a borrowed GPU machine may hold torch and not matplotlib
+            print(f'run_all: no loss-curve picture: {e} (pip install matplotlib)')
+            curves = None
+    if curves:
         scored = [f"{r['model']} {r['dev']['percent']:.1f}%" for r in rows[1:] if r['dev']]
         title = (f'Training loss ({preset} preset); dev accuracy: ' + ', '.join(scored or ['-'])
                  + f"; London baseline {rows[0]['dev']['percent']:.1f}%")

@@ -64,7 +64,7 @@ esac
 case "$minutes" in  # whole minutes: bash's arithmetic below has no fractions
   ''|*[!0-9]*|0|00*) echo "error: --minutes must be a number of whole minutes (1 or more), not '$minutes'" >&2; exit 2 ;;
 esac
-known_models="vanilla-nopretrain vanilla synthesizer perceiver rope"
+known_models="vanilla-nopretrain vanilla synthesizer perceiver rope perceiver-starter"
 for m in ${models//,/ }; do
   case " $known_models " in *" $m "*) ;; *) echo "error: --models: no model '$m' (choose from ${known_models// /, })" >&2; exit 2 ;; esac
 done
@@ -96,10 +96,11 @@ if ! (cd data 2>/dev/null && sha256sum --quiet -c SHA256SUMS >/dev/null 2>&1); t
   exit 2
 fi
 
-if [ -z "$commit" ]; then
-  commit=$(git rev-parse --short HEAD 2>/dev/null || true)
+if [ -n "$commit" ]; then
+  export A5_COMMIT=$commit  # the reports' commit: the lent machines' copies carry a stale .git
+else
+  commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 fi
-export A5_COMMIT=${commit:-unknown}  # run_all's report, when the tree has no .git
 gpu=$("$PY" -c 'import torch; print(torch.cuda.get_device_name())')
 slug=$(echo "$gpu" | tr 'A-Z' 'a-z' | sed -e 's/nvidia //' -e 's/[^a-z0-9]\+/-/g' -e 's/^-//' -e 's/-$//')
 out=${out:-results/$slug}
@@ -163,7 +164,7 @@ next_command() {  # what to run after this call, given its exit status (the READ
 summary() {  # summary.md's text, now
   echo "# gpu_check on $gpu"
   echo
-  echo "torch $torch_version; commit $A5_COMMIT; this call: --stage $stage --minutes $minutes${models:+ --models $models}${seed:+ --seed $seed}${variants:+ --variants $variants}, started $started"
+  echo "torch $torch_version; commit $commit; this call: --stage $stage --minutes $minutes${models:+ --models $models}${seed:+ --seed $seed}${variants:+ --variants $variants}, started $started"
   echo
   if [ -f "$work/under_way" ]; then echo "under way at $(date -u +%FT%TZ): $(cat "$work/under_way")"; echo; fi
   echo '```'

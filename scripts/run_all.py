@@ -12,6 +12,8 @@ Stages (each the handout's commands, file names as the handout's):
   perceiver         the same with --bottleneck_dim 64 --pretrain_lr 6e-4 (the perceiver handout
                     text's commands; its starter's scripts/run_perceiver.sh types 6e-3: READINGS)
   rope              the same with RoPE (the 2024-25 edition's commands and settings)
+  perceiver-starter the perceiver at its starter script's rate (6e-3), files perceiver-starter.*;
+                    only when named in --models
 A stage whose outputs already exist is skipped (so an interrupted run continues), unless --force;
 so is a whole model whose dev and test predictions exist (predictions carried to a fresh machine
 are enough). A step interrupted and continued by a later call is timed over both calls.
@@ -47,12 +49,18 @@ MODELS = {
     'synthesizer': ('synthesizer', [], True),
     'perceiver': ('perceiver', ['--bottleneck_dim', '64', '--pretrain_lr', '6e-4'], True),
     'rope': ('rope', [], True),
+    'perceiver-starter': ('perceiver', ['--bottleneck_dim', '64', '--pretrain_lr', '6e-3'], True),
 }
+# The other reading of a value (READINGS) runs only when asked for, into files of its own name.
+DEFAULT_MODELS = [name for name in MODELS if name != 'perceiver-starter']
+FILE_STEM = {'perceiver-starter': 'perceiver-starter'}
 # Where the handout's own materials give two values, the one a model's commands above take
 # (../shared/SPEC.md, run.py): the report names it.
 READINGS = {
     'perceiver': 'pretraining rate 6e-4, as the 2022-23 handout text types its command; the '
                  'starter\'s scripts/run_perceiver.sh (and run.py\'s default) types 6e-3',
+    'perceiver-starter': 'pretraining rate 6e-3, as the perceiver starter\'s '
+                         'scripts/run_perceiver.sh types it; the 2022-23 handout text types 6e-4',
 }
 REFERENCE = {  # public student submissions (dev) and the handout's minimums
     'london': ('5.0% (London baseline)', None),
@@ -60,12 +68,14 @@ REFERENCE = {  # public student submissions (dev) and the handout's minimums
     'vanilla': ('20.2%', '>= 10% dev'),
     'synthesizer': ('5.6%', '>= 5% test'),
     'perceiver': ('-', '>= 6% dev'),
+    'perceiver-starter': ('-', '>= 6% dev'),
     'rope': ('30.2-40.4% (2024-25)', '>= 30% test'),
 }
 
 
 def files_of(name):
     variant, _, pretrained = MODELS[name]
+    variant = FILE_STEM.get(name, variant)
     if not pretrained:
         return dict(params=f'{variant}.model.params', dev=f'{variant}.nopretrain.dev.predictions',
                     test=f'{variant}.nopretrain.test.predictions')
@@ -231,7 +241,7 @@ def steps_per_epoch(out, curves):
     return found
 
 
-def report(out, timings, flags, preset, models=MODELS, out_arg=None, time_budget=None):
+def report(out, timings, flags, preset, models=DEFAULT_MODELS, out_arg=None, time_budget=None):
     rows = []
     for name in ['london', *models]:
         acc = dev_accuracy(out, name)
@@ -243,7 +253,7 @@ def report(out, timings, flags, preset, models=MODELS, out_arg=None, time_budget
                 date=time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime()), models=rows,
                 readings={name: READINGS[name] for name in models if name in READINGS})
     info['command'] = ' '.join(['python scripts/run_all.py', '--preset', preset]
-                               + (['--models', *models] if list(models) != list(MODELS) else [])
+                               + (['--models', *models] if list(models) != DEFAULT_MODELS else [])
                                + (['--out', out_arg] if out_arg else [])
                                + (['--time_budget', f'{time_budget:g}'] if time_budget else [])
                                + (['--', *flags] if flags else []))
@@ -309,7 +319,7 @@ def main():
     ap = OneLineParser(prog='python scripts/run_all.py', description=__doc__.split('\n')[0])
     ap.add_argument('--preset', default='handout', choices=sorted(PRESETS))
     ap.add_argument('--out', default=None, help='output folder (default runs/all-<preset>)')
-    ap.add_argument('--models', nargs='+', choices=list(MODELS), default=list(MODELS))
+    ap.add_argument('--models', nargs='+', choices=list(MODELS), default=DEFAULT_MODELS)
     ap.add_argument('--force', action='store_true', help='rerun stages whose outputs exist')
     ap.add_argument('--report-only', action='store_true')
     ap.add_argument('--time_budget', type=float, default=None, metavar='MINUTES',

@@ -107,6 +107,21 @@ def test_report_from_outputs(finished_run):
     assert 'run_perceiver.sh' in md
 
 
+def test_the_perceiver_s_other_rate_is_a_model_of_its_own():
+    # the starter script's 6e-3 runs only when named, into files that keep the handout's apart
+    assert 'perceiver-starter' in run_all.MODELS and 'perceiver-starter' not in run_all.DEFAULT_MODELS
+    argv = dict(run_all.commands('perceiver-starter'))['pretrain']
+    assert argv[:2] == ['pretrain', 'perceiver'] and argv[argv.index('--pretrain_lr') + 1] == '6e-3'
+    assert argv[argv.index('--writing_params_path') + 1] == 'perceiver-starter.pretrain.params'
+    handout, starter = run_all.files_of('perceiver'), run_all.files_of('perceiver-starter')
+    assert not set(handout.values()) & set(starter.values())
+    assert '6e-3' in run_all.READINGS['perceiver-starter']
+    # gpu_check.sh checks --models against its own list: the same names
+    with open(os.path.join(REPO, 'scripts', 'gpu_check.sh'), encoding='utf-8') as f:
+        listed = [line for line in f if line.startswith('known_models=')][0]
+    assert listed.split('"')[1].split() == list(run_all.MODELS)
+
+
 def test_finished_stages_are_skipped(tmp_path):
     # every output of the London-free plan exists: nothing may run (run.py would fail: no params)
     for name in run_all.MODELS:
@@ -331,12 +346,14 @@ def test_a_truncated_timings_file_is_one_warning_not_a_traceback(finished_run):
     assert (finished_run / 'report.md').exists()
 
 
-def test_the_commit_of_a_tree_without_git_is_the_one_passed_in(tmp_path, monkeypatch):
+def test_the_commit_passed_in_names_a_copied_tree(tmp_path, monkeypatch):
     copy = tmp_path / 'copy'
     shutil.copytree(os.path.join(REPO, 'scripts'), copy / 'scripts')
     monkeypatch.setenv('GIT_CEILING_DIRECTORIES', str(tmp_path))  # no repository above it
     monkeypatch.delenv(common.COMMIT_ENV, raising=False)
     assert common.source_commit(str(copy)) == 'unknown'
+    assert common.source_commit() != 'unknown'  # this checkout has its commit
     monkeypatch.setenv(common.COMMIT_ENV, 'abc1234')
     assert common.source_commit(str(copy)) == 'abc1234'
-    assert common.source_commit() not in ('unknown', 'abc1234')  # this checkout has its commit
+    # the name passed in wins over a .git: the GPU machines' copies carry the session's first one
+    assert common.source_commit() == 'abc1234'

@@ -77,9 +77,11 @@ COMMIT_ENV = 'A5_COMMIT'  # the commit of a copied working tree without .git (gp
 
 
 def source_commit(repo=None):
-    """The commit of the checkout `repo` (default: this code's), with '+uncommitted changes' when
-    tracked files differ, else $A5_COMMIT (a copy of the tree without .git, as on a lent GPU
-    machine), else 'unknown'."""
+    """$A5_COMMIT where it is set (gpu_check's --commit: a copied tree may carry a stale .git, as
+    the lent GPU machines' copies do), else the commit of the checkout `repo` (default: this
+    code's), with '+uncommitted changes' when tracked files differ, else 'unknown'."""
+    if os.environ.get(COMMIT_ENV):
+        return os.environ[COMMIT_ENV]
     repo = repo or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     try:
         rev = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=repo, text=True,
@@ -90,7 +92,7 @@ def source_commit(repo=None):
             return rev.stdout.strip() + ('+uncommitted changes' if dirty else '')
     except OSError:
         pass
-    return os.environ.get(COMMIT_ENV) or 'unknown'
+    return 'unknown'
 
 
 def state_difference(saved, expected, saved_name='there'):

@@ -144,18 +144,34 @@ def extracted(gpt, vocab, eval_lines):
     return sum(a == p for a, (_, p) in zip(answers, questions)) / len(questions), answers
 
 
+def warmup_stable_decay(tokens, plan, decay_share=0.2):
+    """A probe's alternative to the handout's cosine: the warmup, then the peak rate held until
+    the last `decay_share` of the tokens, then a straight line down to the same 10% floor (more
+    steps at the peak for a run that gets few)."""
+    if tokens < plan.warmup_tokens:
+        return float(tokens) / float(max(1, plan.warmup_tokens))
+    left = 1.0 - tokens / plan.final_tokens
+    return max(0.1, min(1.0, left / decay_share))
+
+
 def train_steps(gpt, data, steps, learning_rate, warmup_steps, batch_size, weight_decay=0.1,
-                decay_rule=presets.MINGPT_TRAINER['decay_rule']):
+                decay_rule=presets.MINGPT_TRAINER['decay_rule'], schedule='cosine'):
     """`steps` batches of `data` (one pass), the learning rate warmed up over `warmup_steps` and
     decayed by the cosine to its floor at the last step; the weight decay on the parameters
-    `decay_rule` names (trainer.optimizer_groups)."""
+    `decay_rule` names (trainer.optimizer_groups); schedule 'wsd': warmup_stable_decay instead."""
     row = (presets.BLOCK_SIZE - 1) * batch_size
     tconf = trainer.TrainerConfig(max_epochs=1, batch_size=batch_size,
                                   learning_rate=learning_rate, lr_decay=True,
                                   warmup_tokens=warmup_steps * row, final_tokens=steps * row,
                                   weight_decay=weight_decay, precision='auto', log_every=50,
                                   **dict(presets.MINGPT_TRAINER, decay_rule=decay_rule))
-    trainer.Trainer(gpt, data, None, tconf).train()
+    handout_schedule = trainer.lr_multiplier
+    if schedule == 'wsd':  # the probe's own: the trainer looks the name up at every step
+        trainer.lr_multiplier = warmup_stable_decay
+    try:
+        trainer.Trainer(gpt, data, None, tconf).train()
+    finally:
+        trainer.lr_multiplier = handout_schedule
 
 
 def finetune(gpt, wiki_lines, train_q, vocab, args):
@@ -198,6 +214,9 @@ def main(argv=None):
     ap.add_argument('--batch_size', type=int, default=64)
     ap.add_argument('--learning_rate', type=float, default=3e-3)
     ap.add_argument('--warmup_steps', type=int, default=30)
+    ap.add_argument('--schedule', choices=('cosine', 'wsd'), default='cosine',
+                    help="the mix's learning rate after the warmup: the handout's cosine, or held "
+                         "at its peak until the last fifth of the steps, then straight down")
     ap.add_argument('--weight_decay', type=float, default=0.1,
                     help='AdamW\'s, on the matmul weights (the handout\'s 0.1)')
     ap.add_argument('--decay_rule', choices=('matmul', 'names'),
@@ -255,7 +274,7 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     start = time.time()
     train_steps(gpt, mix, args.steps, args.learning_rate, args.warmup_steps, args.batch_size,
-                args.weight_decay, args.decay_rule)
+                args.weight_decay, args.decay_rule, args.schedule)
     minutes = (time.time() - start) / 60
     gpt.eval()
     result = dict(vars(args), minutes=round(minutes, 2), machine=torch.backends.cpu.get_cpu_capability(),

@@ -39,7 +39,7 @@ sys.path.insert(0, os.path.join(REPO, 'src'))
 from engine.common import MAX_BUDGET_MINUTES, OneLineParser, source_commit  # noqa: E402
 from engine.datafiles import resolve  # noqa: E402
 from engine.paths import out_folder_problem  # noqa: E402
-from engine.presets import PRESETS  # noqa: E402
+from engine.presets import BLOCK_SIZE, PRESETS, model_values  # noqa: E402
 from utils import evaluate_places  # noqa: E402
 
 # name -> (variant, extra flags, pretrain?)
@@ -241,14 +241,39 @@ def steps_per_epoch(out, curves):
     return found
 
 
+def pretraining_pace(out, name, device):
+    """(tokens per second, model FLOP utilisation) of a model's pretraining from the record run.py
+    wrote beside its params, over that command's wall time; None without one. The FLOPs are the
+    handout's work: every position of every row, forward and backward, on the plain fp32 model."""
+    if name not in MODELS or not MODELS[name][2]:
+        return None
+    try:
+        with open(os.path.join(out, files_of(name)['pretrain'] + '.run.json'), encoding='utf-8') as f:
+            record = json.load(f)
+        tokens, seconds = record['tokens'], record['seconds']
+    except (OSError, ValueError, KeyError):
+        return None
+    import model
+    from engine import flops, inputs
+    vocab = inputs.read_corpus(resolve('wiki.txt', 'wiki.txt')).vocab_size
+    config = model.config_for(record['variant'], vocab, BLOCK_SIZE, record.get('bottleneck_dim'),
+                              **dict(model_values(record['preset']), n_layer=record['n_layer']),
+                              fast_attention=False, skip_padding=False, fast_dropout=False)
+    per_row = flops.training_flops(model.GPT(config), [BLOCK_SIZE - 1])
+    work = tokens / (BLOCK_SIZE - 1) * per_row
+    return dict(tokens_per_second=tokens / seconds,
+                mfu=flops.mfu(work, seconds, record['precision'], flops.peaks_of(device)))
+
+
 def report(out, timings, flags, preset, models=DEFAULT_MODELS, out_arg=None, time_budget=None):
     rows = []
+    device = device_name(flags)
     for name in ['london', *models]:
         acc = dev_accuracy(out, name)
         public, minimum = REFERENCE[name]
         rows.append(dict(model=name, dev=acc, seconds=timings.get(name, {}), public=public,
-                         handout_minimum=minimum))
-    info = dict(preset=preset, flags=flags, device=device_name(flags), commit=source_commit(),
+                         handout_minimum=minimum, pretraining=pretraining_pace(out, name, device)))
+    info = dict(preset=preset, flags=flags, device=device, commit=source_commit(),
                 seed=int(flags[flags.index('--seed') + 1]) if '--seed' in flags else 0,
                 date=time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime()), models=rows,
                 readings={name: READINGS[name] for name in models if name in READINGS})
@@ -263,12 +288,14 @@ def report(out, timings, flags, preset, models=DEFAULT_MODELS, out_arg=None, tim
              f'- device: {info["device"]}', f'- commit: {info["commit"]}', f'- seed: {info["seed"]}',
              f'- date: {info["date"]}',
              f'- command: `{info["command"]}`', '',
-             '| model | dev accuracy | public reference (dev) | handout asks | wall time per stage (s; epochs where a time budget chose them) |',
-             '|---|---|---|---|---|']
+             '| model | dev accuracy | public reference (dev) | handout asks | wall time per stage (s; epochs where a time budget chose them) | pretraining: tokens/s, model FLOP utilisation (the command\'s wall time) |',
+             '|---|---|---|---|---|---|']
     for r in rows:
         acc = '-' if r['dev'] is None else f"{r['dev']['percent']:.1f}% ({r['dev']['correct']:.0f}/{r['dev']['total']:.0f})"
         secs = ', '.join(f'{k} {v:.0f}' for k, v in r['seconds'].items()) or '-'
-        lines.append(f"| {r['model']} | {acc} | {r['public']} | {r['handout_minimum'] or '-'} | {secs} |")
+        pace = r['pretraining']
+        pace = f"{pace['tokens_per_second']:,.0f}, {pace['mfu']}" if pace else '-'
+        lines.append(f"| {r['model']} | {acc} | {r['public']} | {r['handout_minimum'] or '-'} | {secs} | {pace} |")
     if info['readings']:
         lines += [''] + [f'- {name}: {text}' for name, text in info['readings'].items()]
     curves = read_losses(out)

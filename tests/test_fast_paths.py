@@ -16,6 +16,8 @@
   (also torch.compile'd) and within a small tolerance in bf16.
 """
 
+import functools
+
 import pytest
 import torch
 
@@ -505,10 +507,39 @@ def test_bf16_training_stays_close_to_the_plain_loop(data, name, device):
     assert largest_relative_gap(got, want) < 3e-2, (got, want)
 
 
-def test_compiled_training_matches_the_plain_loop(data, device):
+@pytest.mark.parametrize('mode', ['default', 'reduce-overhead'])
+def test_compiled_training_matches_the_plain_loop(data, device, mode):
     """torch.compile (--compile): on a CPU the packed batches of model.packed_loss have a
     different number of positions each step, hence a dynamic-shape graph; on a GPU the trimmed
-    batches (multiples of 8 columns). One layer: what is compiled is the same for every layer,
-    and the compiling (inductor's, a cold cache) takes minutes for three."""
-    assert_same_run(*fast_and_plain(data, 'vanilla', compile=True, device=device, n_layer=1),
+    batches (multiples of 8 columns), and with reduce-overhead a CUDA graph replayed per batch
+    shape. One layer: what is compiled is the same for every layer, and the compiling
+    (inductor's, a cold cache) takes minutes for three."""
+    if mode == 'reduce-overhead' and device == 'cpu':
+        pytest.skip('CUDA graphs are a GPU\'s (a CPU compiles as the default mode does; the '
+                    'step wrapper is tested on the CPU below)')
+    assert_same_run(*fast_and_plain(data, 'vanilla', compile=mode, device=device, n_layer=1),
                     tolerance=1e-4)
+
+
+def test_the_cuda_graph_step_wrapper_leaves_training_unchanged(data, monkeypatch):
+    """--compile reduce-overhead's wrapper (distributed.GraphedSteps: a new CUDA-graph step per
+    call, the outputs copied out of the graph's memory) under dynamo's eager backend, no
+    compiling wait: the run is the plain loop's, and each step's loss is a tensor of its own."""
+    from engine import distributed
+    monkeypatch.setattr(torch, 'compile', functools.partial(torch.compile, backend='eager'))
+    made = []
+    real = distributed.wrapped
+    monkeypatch.setattr(distributed, 'wrapped', lambda *a, **k: made.append(real(*a, **k)) or made[-1])
+    assert_same_run(*fast_and_plain(data, 'vanilla', compile='reduce-overhead', n_layer=1),
+                    tolerance=1e-4)
+    assert made and all(isinstance(m, distributed.GraphedSteps) for m in made)
+
+
+def test_compile_takes_a_mode_and_alone_means_the_default():
+    import run
+    base = ['pretrain', 'vanilla', 'wiki.txt', '--writing_params_path', 'x.params']
+    assert run.parse_args(base).compile is False
+    assert run.parse_args(base[:3] + ['--compile'] + base[3:]).compile == 'default'
+    assert run.parse_args(base + ['--compile', 'reduce-overhead']).compile == 'reduce-overhead'
+    with pytest.raises(SystemExit):
+        run.parse_args(base + ['--compile', 'fastest'])

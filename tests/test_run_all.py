@@ -74,6 +74,24 @@ def test_the_loss_curves_of_a_run_are_in_epochs_with_the_accuracies(finished_run
     assert [len(ax.get_lines()) for ax in fig.axes] == [1, 1]
 
 
+def test_the_report_gives_each_pretraining_s_pace_and_flop_utilisation(finished_run):
+    from engine import inputs
+    from test_benchmark import handout_training_flops
+    record = dict(variant='vanilla', preset='handout', n_layer=4, bottleneck_dim=None,
+                  precision='fp32', steps=50, epochs_trained=5, tokens=50 * 128 * 127, seconds=2.0)
+    (finished_run / 'vanilla.pretrain.params.run.json').write_text(json.dumps(record))
+    pace = run_all.pretraining_pace(str(finished_run), 'vanilla', 'GPU: NVIDIA H100 80GB HBM3, torch x')
+    assert pace['tokens_per_second'] == 50 * 128 * 127 / 2.0
+    vocab = inputs.read_corpus(os.path.join(REPO, 'data', 'wiki.txt')).vocab_size
+    tflops = 50 * 128 * handout_training_flops(127, vocab=vocab) / 2.0 / 1e12
+    assert pace['mfu'] == f'{tflops:,.1f} TFLOP/s, {tflops / 66.9:.1%}'  # the H100 SXM's fp32 peak
+    assert run_all.pretraining_pace(str(finished_run), 'vanilla', 'CPU: x86_64')['mfu'] == '—'
+    assert run_all.pretraining_pace(str(finished_run), 'vanilla-nopretrain', 'GPU: H100') is None
+    run_all.report(str(finished_run), {}, [], 'handout', models=['vanilla'])
+    row = [l for l in (finished_run / 'report.md').read_text().splitlines() if l.startswith('| vanilla |')]
+    assert row[0].endswith(f"| {50 * 128 * 127 / 2.0:,.0f}, — |")  # this machine: no known peak
+
+
 def test_a_run_named_by_hand_is_drawn_as_its_model(finished_run):
     # main.sh's commands leave the handout's default name, 'run', on the tensorboard folder
     for function in ('pretrain', 'finetune'):

@@ -37,7 +37,6 @@ import time
 
 import torch
 from torch.utils.data import DataLoader, Subset
-from torch.utils.flop_counter import FlopCounterMode
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, 'src'))
@@ -52,6 +51,7 @@ import utils  # noqa: E402
 from engine.datafiles import resolve  # noqa: E402
 from engine.decode import greedy_complete  # noqa: E402
 from engine.devices import bf16_supported  # noqa: E402
+from engine.flops import mfu, peaks_of, training_flops  # noqa: E402
 
 
 def build(variant, vocab, fast, preset='handout'):
@@ -178,39 +178,14 @@ def needed_lengths(data, rows=2000):
 def flops_per_example(variant, vocab, lengths, preset):
     """Mean FLOPs of training on one example (forward + backward) computed over `lengths`
     positions, counted once per distinct length on the plain fp32 model."""
-    gpt = build(variant, vocab, False, preset)
-    counts = {}
-    for n in sorted(set(lengths)):
-        x = torch.ones(1, n, dtype=torch.long)
-        with FlopCounterMode(display=False) as counter:
-            gpt(x, x)[1].backward()
-        counts[n] = counter.get_total_flops()
-    return sum(counts[n] for n in lengths) / len(lengths)
-
-
-# Dense peak TFLOP/s (fp32 without tensor cores, bf16 tensor cores) from NVIDIA's data sheets,
-# matched against torch.cuda.get_device_name().
-PEAK_TFLOPS = (('H100 PCIe', {'fp32': 51.2, 'bf16': 756.0}),
-               ('H100 NVL', {'fp32': 60.0, 'bf16': 835.0}),
-               ('H100', {'fp32': 66.9, 'bf16': 989.4}),  # SXM (80GB HBM3)
-               ('H200', {'fp32': 66.9, 'bf16': 989.4}),
-               ('A100', {'fp32': 19.5, 'bf16': 312.0}))
+    return training_flops(build(variant, vocab, False, preset), lengths)
 
 
 def peak_tflops(device, given):
     """{'fp32': ..., 'bf16': ...} for the device, or {} when unknown (then no MFU column)."""
     if given:
         return dict(zip(('fp32', 'bf16'), given))
-    if device == 'cuda':
-        name = torch.cuda.get_device_name()
-        return next((peaks for key, peaks in PEAK_TFLOPS if key in name), {})
-    return {}
-
-
-def mfu(flops, seconds, precision, peaks):
-    if precision not in peaks:
-        return '—'
-    return f'{flops / seconds / 1e12:,.1f} TFLOP/s, {flops / seconds / 1e12 / peaks[precision]:.1%}'
+    return peaks_of(torch.cuda.get_device_name()) if device == 'cuda' else {}
 
 
 def evaluation(plain_gpt, gpt, vocab, device, limit):
@@ -266,8 +241,10 @@ def main():
     ap.add_argument('--eval_questions', type=int, default=500)
     ap.add_argument('--preset', choices=sorted(presets.PRESETS), default='handout',
                     help='the model and training batch sizes measured (default: the handout\'s)')
-    ap.add_argument('--compile', action='store_true',
-                    help='also measure the fast path under torch.compile (another column)')
+    ap.add_argument('--compile', nargs='?', const='default', default=False,
+                    choices=('default', 'reduce-overhead'),
+                    help='also measure the fast path under torch.compile (another column); '
+                         'reduce-overhead: with CUDA graphs on a GPU (run.py --compile\'s modes)')
     ap.add_argument('--peak_tflops', type=float, nargs=2, metavar=('FP32', 'BF16'),
                     help='the device\'s dense peak TFLOP/s, for the MFU column (built in for '
                          'known GPUs)')
@@ -320,7 +297,7 @@ def main():
                 torch._dynamo.reset()  # each row compiles afresh, within dynamo's cache limits
                 utils.set_seed(0)
                 t_compiled, *_ = fast_steps(build(variant, wiki.vocab_size, True, args.preset), data,
-                                           batch, args.steps, args.device, True)
+                                           batch, args.steps, args.device, args.compile)
                 row.append(f'{tokens / t_compiled:,.0f} tok/s: {t_plain / t_compiled:.2f}x plain, '
                            f'{t_fast / t_compiled:.2f}x fast')
                 mfus.append(mfu(flops, t_compiled, precision, peaks))
@@ -347,7 +324,8 @@ def main():
 def write_report(args, rows, against, peaks, shares, batches, final=False):
     """The report as it stands, written to args.out whole (replacing the last): after every
     row, so a run stopped by a time limit still leaves the rows it measured."""
-    compiled = ['fast + torch.compile'] if args.compile else []
+    compiled = ([f'fast + torch.compile{"" if args.compile == "default" else " " + args.compile}']
+                if args.compile else [])
     columns = (['measurement', 'plain (handout)', 'fast (this code)', 'ratio', 'work ratio'] + compiled
                + ['MFU plain', 'MFU fast'] + [f'MFU {c}' for c in compiled])
     cmd = 'python scripts/dev/benchmark.py ' + ' '.join(sys.argv[1:])

@@ -59,8 +59,11 @@ def add_engine_flags(argp):
                             'faster on this machine (fp32, or bf16 autocast where the CPU has bf16 '
                             'arithmetic; and the attention path) and remembers it; on a GPU fp32 '
                             '(bf16 was measured diverging there)')
-    extra.add_argument('--compile', action='store_true',
-                       help='torch.compile the model (GPU or CPU; the first steps compile)')
+    extra.add_argument('--compile', nargs='?', const='default', default=False,
+                       choices=('default', 'reduce-overhead'),
+                       help='torch.compile the model (GPU or CPU; the first steps compile); '
+                            'reduce-overhead: on a GPU its steps also replay CUDA graphs (one '
+                            'recorded per batch shape)')
     extra.add_argument('--plain', '--plain_attention', action='store_true', dest='plain',
                        help='compute as the handout does (same results, slower): written-out '
                             'attention instead of scaled_dot_product_attention, every padded '
@@ -291,7 +294,8 @@ def save_params(gpt, args, device, run, tconf, budget, stage):
                  n_layer=inputs.layers_of(gpt.state_dict()),
                  time_budget_minutes=budget, epochs_asked=tconf.max_epochs,
                  epochs_planned=run.schedule.max_epochs, epochs_trained=run.epochs_trained,
-                 steps=run.step, others_share=getattr(run, 'others_share', None) and round(run.others_share, 4))
+                 steps=run.step, tokens=run.tokens,
+                 others_share=getattr(run, 'others_share', None) and round(run.others_share, 4))
 
 
 def write_predictions(args, predictions, gold_lines, device, precision):

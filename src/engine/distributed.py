@@ -88,8 +88,25 @@ def global_loss(loss):
     return loss
 
 
+class GraphedSteps(torch.nn.Module):
+    """A model compiled with mode='reduce-overhead', as a training step calls it: on a GPU its
+    steps replay CUDA graphs, whose outputs live in memory the next replay overwrites, while the
+    trainer keeps each step's loss to read later. Each call opens a new step and hands out
+    copies (a scalar loss: one small copy)."""
+
+    def __init__(self, compiled):
+        super().__init__()
+        self.compiled = compiled
+
+    def forward(self, *args, **kwargs):
+        torch.compiler.cudagraph_mark_step_begin()
+        out = self.compiled(*args, **kwargs)
+        return tuple(t.clone() if torch.is_tensor(t) else t for t in out)
+
+
 def wrapped(model, device, compile=False):
-    """The model a training step calls: DDP-wrapped under torchrun, compiled when asked."""
+    """The model a training step calls: DDP-wrapped under torchrun, compiled when asked
+    (compile: True or 'default', or 'reduce-overhead': CUDA graphs on a GPU as well)."""
     if active():
         # broadcast_buffers=False: the buffers (causal masks, RoPE tables) never change, so
         # re-sending them before every forward pass is wasted traffic
@@ -99,5 +116,8 @@ def wrapped(model, device, compile=False):
     if compile:
         # On a CPU, model.packed_loss packs each batch to its own number of positions: a graph
         # for any size, or it would recompile for every new size.
-        model = torch.compile(model, dynamic=True if device.type == 'cpu' else None)
+        mode = compile if compile in ('reduce-overhead',) else None
+        model = torch.compile(model, dynamic=True if device.type == 'cpu' else None, mode=mode)
+        if mode == 'reduce-overhead':
+            model = GraphedSteps(model)
     return model

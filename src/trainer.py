@@ -15,7 +15,8 @@ import time
 import torch
 
 from engine import cpu_load, distributed, extras, plan as planning
-from engine.batches import Batches, batch_indices, collate, to_device, trim_padding
+from engine.batches import (Batches, batch_indices, collate, steps_per_epoch, to_device,
+                            trim_padding, workers_for)
 from engine.budget import Schedule, cosine_progress
 from engine.common import save_state_dict
 from engine.devices import autocast as autocast_for
@@ -154,9 +155,8 @@ class Trainer:
         self.schedule = Schedule(config)
         self.precision = self.plan.precision
         self.epochs_trained = 0
-        workers = config.cpu_workers if self.device.type == 'cpu' else config.num_workers
-        self.batches = Batches(self.train_dataset, workers)
-        self.steps_per_epoch = math.ceil(len(self.train_dataset) / config.batch_size)
+        self.batches = Batches(self.train_dataset, workers_for(config, self.device))
+        self.steps_per_epoch = steps_per_epoch(len(self.train_dataset), config.batch_size)
         self.start_epoch = self.start_it = 0
         self.progress = Progress(config.log_every, config.writer if self.rank == 0 else None,
                                  disable=self.rank != 0)

@@ -46,6 +46,17 @@ def batch_indices(n, batch_size, generator, shuffle=True):
     return list(zip(pieces, seeds))
 
 
+def steps_per_epoch(n, batch_size):
+    """The batches of an epoch of n examples (the last one may be short)."""
+    return -(-n // batch_size)
+
+
+def workers_for(config, device):
+    """The batch-building processes a run starts: on a GPU the DataLoader's num_workers; on a
+    CPU cpu_workers (they take cores from the model: none unless asked)."""
+    return config.cpu_workers if device.type == 'cpu' else config.num_workers
+
+
 def collate(dataset, indices, seed=None):
     """The examples at `indices`, stacked: (x, y). With `seed`, their random draws come from
     random.seed(seed), and the caller's `random` is left as it was."""

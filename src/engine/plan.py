@@ -26,6 +26,7 @@ import torch
 from engine import cpu_load
 from engine import cpu_paths
 from engine import distributed
+from engine.batches import steps_per_epoch, workers_for
 from engine.budget import budgeted, epochs_that_fit
 from engine.common import UsageError
 from engine.measure import StepTimer, median
@@ -163,8 +164,8 @@ def measured_step(timer, precision, config, clock):
     """Seconds per training step here: the median of a few timed steps, the slowest rank's
     under torchrun. Past 3 timed steps the timing stops once 2% of the budget has passed."""
     start = clock()
-    workers = config.cpu_workers if timer.device.type == 'cpu' else config.num_workers
-    times = timer.times(precision, warm=3 if config.compile else 2, timed=10, ahead=workers > 0,
+    times = timer.times(precision, warm=3 if config.compile else 2, timed=10,
+                        ahead=workers_for(config, timer.device) > 0,
                         stop=lambda t: len(t) >= 3 and clock() - start > 0.02 * config.time_budget)
     return distributed.agree(median(times), timer.device, 'max')
 
@@ -173,13 +174,13 @@ def plan_epochs(plan, timer, model, dataset, config, clock, smaller, say):
     """The epochs that end within the budget (counted from plan.start), at the pace of a
     few timed steps; first, where `smaller` is given, the model to train. Returns that model."""
     start = plan.start
-    steps_per_epoch = -(-len(dataset) // config.batch_size)
+    per_epoch = steps_per_epoch(len(dataset), config.batch_size)
     step = measured_step(timer, plan.precision, config, clock)
     if smaller is not None:
         build, below = smaller
         fit = epochs_that_fit(config.time_budget - (clock() - start), step, config.time_budget)
         fit = int(distributed.agree(max(fit, 0), timer.device, 'min'))
-        if fit < min(below, config.max_epochs * steps_per_epoch):
+        if fit < min(below, config.max_epochs * per_epoch):
             layers = layers_of(model)
             model = build()
             set_path(plan, model, timer.device)
@@ -188,11 +189,11 @@ def plan_epochs(plan, timer, model, dataset, config, clock, smaller, say):
                           f'{fit:,} steps ({step:.3f} s each) into the budget here, fewer than '
                           f'{below:,}')
             step = measured_step(timer, plan.precision, config, clock)
-    epoch_seconds = step * steps_per_epoch
+    epoch_seconds = step * per_epoch
     fit = epochs_that_fit(config.time_budget - (clock() - start), epoch_seconds, config.time_budget)
     if fit < 1:
         too_small = (f'{config.time_budget / 60:g} min is too small for one epoch: an epoch '
-                     f'takes about {epoch_seconds / 60:.2f} min here ({steps_per_epoch} steps '
+                     f'takes about {epoch_seconds / 60:.2f} min here ({per_epoch} steps '
                      f'of {step:.3f} s)')
         if not config.budget_may_grow:
             raise UsageError('--time_budget ' + too_small)
@@ -200,7 +201,7 @@ def plan_epochs(plan, timer, model, dataset, config, clock, smaller, say):
             say(f'warning: the time budget of {too_small}; training one epoch', flush=True)
         fit = 1
     plan.epochs = min(fit, config.max_epochs)
-    plan.step_seconds, plan.steps_per_epoch = step, steps_per_epoch
+    plan.step_seconds, plan.steps_per_epoch = step, per_epoch
     plan.final_tokens = config.final_tokens
     if plan.epochs < config.max_epochs:  # the cosine keeps its shape over the epochs that fit
         plan.final_tokens *= plan.epochs / config.max_epochs

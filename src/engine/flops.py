@@ -1,5 +1,6 @@
-"""Model FLOPs and a device's peak: the model FLOP utilisation (MFU) that the benchmark and
-run_all's report give. Not in the handout."""
+"""Engine (free to change): model FLOPs and a device's peak.
+
+The model FLOP utilisation (MFU) that the benchmark and run_all's report give."""
 from torch.utils.flop_counter import FlopCounterMode
 
 import torch

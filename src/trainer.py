@@ -50,7 +50,7 @@ class TrainerConfig:
     # Not in the handout: how the steps run (device, precision, compile, padding, log reads),
     # resume (resume_path every checkpoint_every epochs), the time budget (seconds from
     # start_time; budget_may_grow: one epoch rather than an error), the threads (follow_load),
-    # what runs measured under load, said beside the load a CPU run had (under_load: presets.py)
+    # runs measured under load (under_load: presets.py), a CPU recipe's schedule (decay_share)
     device, compile = 'cpu', False
     precision = 'fp32'  # 'fp32', 'bf16' (autocast), or 'auto' (measured: engine/plan.py)
     path_cache = None  # where 'auto' remembers its measured choices (a JSON file), or None
@@ -58,7 +58,7 @@ class TrainerConfig:
     log_every = 1  # read losses back every N steps (a GPU sync); tensorboard still gets every step
     resume_path, resume, checkpoint_every = None, False, 0
     time_budget, start_time, budget_may_grow = None, None, False
-    follow_load, under_load = False, None
+    follow_load, under_load, decay_share = False, None, None
 
     def __init__(self, **kwargs):
         for k, v in kwargs.items():

@@ -52,6 +52,33 @@ def test_lr_multiplier_shape():
     assert min(downs) >= 0.1
 
 
+def stable_then_decay(tokens, warmup_tokens, final_tokens, decay_share):
+    """recipe_probe.py --schedule wsd (E23-E26), written out: the warmup, the peak held, then a
+    straight line to the floor over the last decay_share of the schedule."""
+    if tokens < warmup_tokens:
+        return float(tokens) / float(max(1, warmup_tokens))
+    progress = float(tokens - warmup_tokens) / float(max(1, final_tokens - warmup_tokens))
+    return max(0.1, min(1.0, (1.0 - progress) / decay_share))
+
+
+def test_a_decay_share_holds_the_peak_then_goes_straight_down():
+    from engine.budget import Schedule
+    conf = trainer.TrainerConfig(warmup_tokens=1000, final_tokens=11000, decay_share=0.2,
+                                 max_epochs=10)
+    for plan in (conf, Schedule(conf)):  # the config as asked, and the run's schedule
+        for t in range(0, 12001, 37):
+            assert trainer.lr_multiplier(t, plan) == pytest.approx(
+                stable_then_decay(t, 1000, 11000, 0.2), rel=1e-9, abs=1e-12), t
+    f = lambda t: trainer.lr_multiplier(t, conf)  # noqa: E731
+    assert f(8999) == 1.0 and f(10000) == pytest.approx(0.5) and f(11000) == pytest.approx(0.1)
+    # a budget's re-plan lays the rest of the schedule over other epochs: the line still starts
+    # from the peak where the shortened schedule's last fifth begins
+    plan = Schedule(conf)
+    plan.relaid = (5000, 0.4, 7000, 1.0)  # from progress 0.4 at 5,000 tokens to the end at 7,000
+    assert trainer.lr_multiplier(6000, plan) == pytest.approx(1.0)  # progress 0.7
+    assert trainer.lr_multiplier(6666, plan) == pytest.approx((1 - (0.4 + 0.6 * 1666 / 2000)) / 0.2)
+
+
 def test_trainer_config_defaults():
     c = trainer.TrainerConfig()
     assert (c.max_epochs, c.batch_size, c.learning_rate, c.betas, c.grad_norm_clip) == \

@@ -144,34 +144,20 @@ def extracted(gpt, vocab, eval_lines):
     return sum(a == p for a, (_, p) in zip(answers, questions)) / len(questions), answers
 
 
-def warmup_stable_decay(tokens, plan, decay_share=0.2):
-    """A probe's alternative to the handout's cosine: the warmup, then the peak rate held until
-    the last `decay_share` of the tokens, then a straight line down to the same 10% floor (more
-    steps at the peak for a run that gets few)."""
-    if tokens < plan.warmup_tokens:
-        return float(tokens) / float(max(1, plan.warmup_tokens))
-    left = 1.0 - tokens / plan.final_tokens
-    return max(0.1, min(1.0, left / decay_share))
-
-
 def train_steps(gpt, data, steps, learning_rate, warmup_steps, batch_size, weight_decay=0.1,
                 decay_rule=presets.MINGPT_TRAINER['decay_rule'], schedule='cosine'):
     """`steps` batches of `data` (one pass), the learning rate warmed up over `warmup_steps` and
     decayed by the cosine to its floor at the last step; the weight decay on the parameters
-    `decay_rule` names (trainer.optimizer_groups); schedule 'wsd': warmup_stable_decay instead."""
+    `decay_rule` names (trainer.optimizer_groups); schedule 'wsd': the peak held until the last
+    fifth, then a straight line to the floor (TrainerConfig.decay_share, engine/budget.py)."""
     row = (presets.BLOCK_SIZE - 1) * batch_size
     tconf = trainer.TrainerConfig(max_epochs=1, batch_size=batch_size,
                                   learning_rate=learning_rate, lr_decay=True,
                                   warmup_tokens=warmup_steps * row, final_tokens=steps * row,
                                   weight_decay=weight_decay, precision='auto', log_every=50,
+                                  decay_share=0.2 if schedule == 'wsd' else None,
                                   **dict(presets.MINGPT_TRAINER, decay_rule=decay_rule))
-    handout_schedule = trainer.lr_multiplier
-    if schedule == 'wsd':  # the probe's own: the trainer looks the name up at every step
-        trainer.lr_multiplier = warmup_stable_decay
-    try:
-        trainer.Trainer(gpt, data, None, tconf).train()
-    finally:
-        trainer.lr_multiplier = handout_schedule
+    trainer.Trainer(gpt, data, None, tconf).train()
 
 
 def finetune(gpt, wiki_lines, train_q, vocab, args):

@@ -19,6 +19,7 @@ past the budget less half its margin, and grows when at least GROW more epochs f
 that wavers leaves it alone. The run trains the number of epochs it printed last. A budgeted run
 that fits every epoch is the unbudgeted run.
 """
+import math
 import statistics
 import time
 
@@ -156,21 +157,35 @@ class TimeBudget:
         # (the tokens the loop started from: a resumed run's, loaded after this extra's start)
         per_epoch = (trainer.tokens - trainer.progress.start_tokens) / (done - trainer.start_epoch)
         t0 = max(trainer.tokens, schedule.warmup_tokens)
-        p0 = cosine_progress(t0, trainer.schedule)
+        p0 = schedule_progress(t0, trainer.schedule)
         asked, asked_final = schedule.asked
         p1 = (asked * per_epoch - schedule.warmup_tokens) / max(1, asked_final - schedule.warmup_tokens)
         schedule.relaid = (t0, p0, t0 + (epochs - done) * per_epoch, max(p0, p1))
 
 
-def cosine_progress(tokens, plan):
-    """How far along the cosine `tokens` are: 0 at the end of the warmup, 1 at final_tokens.
-    Where a time budget re-planned the epochs mid-run (budget.py), the rest of the cosine is laid
-    over them: plan.relaid = (t0, p0, t1, p1) takes progress p0 at t0 on to p1 at t1."""
+def schedule_progress(tokens, plan):
+    """How far along the schedule `tokens` are: 0 at the end of the warmup, 1 at final_tokens.
+    Where a time budget re-planned the epochs mid-run (budget.py), the rest of the schedule is
+    laid over them: plan.relaid = (t0, p0, t1, p1) takes progress p0 at t0 on to p1 at t1."""
     relaid = getattr(plan, 'relaid', None)
     if relaid is not None and tokens >= relaid[0]:
         t0, p0, t1, p1 = relaid
         return p0 + (min(tokens, t1) - t0) * (p1 - p0) / max(1.0, t1 - t0)
     return float(tokens - plan.warmup_tokens) / float(max(1, plan.final_tokens - plan.warmup_tokens))
+
+
+def cosine_progress(tokens, plan):
+    """The progress the handout's cosine (trainer.lr_multiplier) turns into the learning rate:
+    the schedule's own, or with plan.decay_share (a CPU recipe's) the progress at which that
+    cosine gives the peak rate held until the last decay_share of the schedule, then a straight
+    line down to the floor. A run that gets few steps spends more of them at the peak (measured:
+    docs/cpu-recipe.md, E23-E26); the handout's line stays as it is."""
+    progress = schedule_progress(tokens, plan)
+    share = getattr(plan, 'decay_share', None)
+    if not share:
+        return progress
+    rate = min(1.0, max(0.0, (1.0 - progress) / share))  # the straight line, 1 before it starts
+    return math.acos(2.0 * rate - 1.0) / math.pi  # 0.5 * (1 + cos(pi * this)) == rate
 
 
 class Schedule:
@@ -182,6 +197,7 @@ class Schedule:
         self.max_epochs = config.max_epochs
         self.warmup_tokens = config.warmup_tokens
         self.final_tokens = config.final_tokens
+        self.decay_share = getattr(config, 'decay_share', None)  # see cosine_progress
         self.asked = (config.max_epochs, config.final_tokens)  # what a budget's plans scale
         self.relaid = None  # (t0, p0, t1, p1): a budget re-planned the epochs, see cosine_progress
 

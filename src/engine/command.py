@@ -290,7 +290,7 @@ def save_params(gpt, args, device, run, tconf, budget, stage):
                  learning_rate=tconf.learning_rate, batch_size=tconf.batch_size,
                  weight_decay=tconf.weight_decay, decay_rule=tconf.decay_rule,
                  shuffle=tconf.shuffle, warmup_tokens=tconf.warmup_tokens,
-                 final_tokens=run.schedule.final_tokens,
+                 final_tokens=run.schedule.final_tokens, decay_share=tconf.decay_share,
                  n_layer=inputs.layers_of(gpt.state_dict()),
                  time_budget_minutes=budget, epochs_asked=tconf.max_epochs,
                  epochs_planned=run.schedule.max_epochs, epochs_trained=run.epochs_trained,

@@ -294,7 +294,7 @@ def test_the_handout_preset_is_the_handouts_run_py():
     assert presets.BLOCK_SIZE == 128 and presets.BOTTLENECK_DIM == 32
     common = dict(lr_decay=True, weight_decay=0.1, warmup_tokens=512 * 20,
                   final_tokens_per_example=200 * 128, num_workers=4,
-                  shuffle=False, decay_rule='names')  # (the handout's trainer.py, see above)
+                  shuffle=False, decay_rule='names', decay_share=None)  # (its trainer.py, above)
     assert handout['pretrain'] == dict(max_epochs=650, batch_size=128, learning_rate=6e-3, **common)
     assert handout['finetune_scratch'] == dict(max_epochs=75, batch_size=256, learning_rate=6e-4, **common)
     assert handout['finetune_pretrained'] == dict(max_epochs=10, batch_size=256, learning_rate=6e-4,
@@ -322,8 +322,11 @@ def test_the_cpu_presets():
     assert presets.rehearsal_lead('cpu-rehearsal') == 'Where was '
     assert presets.mix('cpu-rehearsal') is None
     assert long['time_budget'] == {'pretrain': 41, 'finetune_pretrained': 1}
-    assert {k: v for k, v in long.items() if k not in ('time_budget', 'under_load')} == \
-        {k: v for k, v in short.items() if k not in ('time_budget', 'under_load')}
+    assert {k: v for k, v in long.items() if k not in ('time_budget', 'under_load', 'pretrain')} == \
+        {k: v for k, v in short.items() if k not in ('time_budget', 'under_load', 'pretrain')}
+    # cpu-20min's few steps hold the peak rate until the last fifth; cpu-45min keeps the cosine
+    assert short['pretrain'] == dict(long['pretrain'], decay_share=0.2)
+    assert long['pretrain']['decay_share'] is None
     # only cpu-20min's runs were measured under load (its end-of-run line compares with them)
     assert long['under_load'] is None and short['under_load'] == presets.CPU_20MIN_UNDER_LOAD
     assert short['time_budget'] == {'pretrain': 17, 'finetune_pretrained': 1}

@@ -250,19 +250,19 @@ def pretraining_pace(out, name, device):
     try:
         with open(os.path.join(out, files_of(name)['pretrain'] + '.run.json'), encoding='utf-8') as f:
             record = json.load(f)
-        tokens, seconds = record['tokens'], record['seconds']
-    except (OSError, ValueError, KeyError):
+        tokens, seconds, precision = record['tokens'], record['seconds'], record['precision']
+        sizes = dict(model_values(record['preset']), n_layer=record['n_layer'])
+        variant, bottleneck = record['variant'], record.get('bottleneck_dim')
+    except (OSError, ValueError, KeyError, TypeError):  # no record, or one from before 'tokens'
         return None
     import model
     from engine import flops, inputs
     vocab = inputs.read_corpus(resolve('wiki.txt', 'wiki.txt')).vocab_size
-    config = model.config_for(record['variant'], vocab, BLOCK_SIZE, record.get('bottleneck_dim'),
-                              **dict(model_values(record['preset']), n_layer=record['n_layer']),
+    config = model.config_for(variant, vocab, BLOCK_SIZE, bottleneck, **sizes,
                               fast_attention=False, skip_padding=False, fast_dropout=False)
-    per_row = flops.training_flops(model.GPT(config), [BLOCK_SIZE - 1])
-    work = tokens / (BLOCK_SIZE - 1) * per_row
+    work = tokens / (BLOCK_SIZE - 1) * flops.training_flops(model.GPT(config), [BLOCK_SIZE - 1])
     return dict(tokens_per_second=tokens / seconds,
-                mfu=flops.mfu(work, seconds, record['precision'], flops.peaks_of(device)))
+                mfu=flops.mfu(work, seconds, precision, flops.peaks_of(device)))
 
 
 def report(out, timings, flags, preset, models=DEFAULT_MODELS, out_arg=None, time_budget=None):

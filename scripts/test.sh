@@ -4,4 +4,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --test
 . .venv/bin/activate
-python -m pytest -q -rs --durations=20 -n auto tests "$@"
+python -m pytest -q -rs --durations=20 -n auto --dist worksteal tests "$@"

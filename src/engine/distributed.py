@@ -116,8 +116,9 @@ def wrapped(model, device, compile=False):
     if compile:
         # On a CPU, model.packed_loss packs each batch to its own number of positions: a graph
         # for any size, or it would recompile for every new size.
-        mode = compile if compile in ('reduce-overhead',) else None
-        model = torch.compile(model, dynamic=True if device.type == 'cpu' else None, mode=mode)
-        if mode == 'reduce-overhead':
+        graphs = compile == 'reduce-overhead'
+        model = torch.compile(model, dynamic=True if device.type == 'cpu' else None,
+                              mode='reduce-overhead' if graphs else None)
+        if graphs:
             model = GraphedSteps(model)
     return model

@@ -24,6 +24,7 @@ The report (report.md, report.json, loss_curves.png in the output folder) has th
 each model, the wall time of each step, the device and the commit.
 """
 import argparse
+import functools
 import json
 import os
 import platform
@@ -241,6 +242,13 @@ def steps_per_epoch(out, curves):
     return found
 
 
+@functools.lru_cache(maxsize=None)
+def wiki_vocab_size():
+    """The pretraining corpus's vocabulary, read once for all the models of a report."""
+    from engine import inputs
+    return inputs.read_corpus(resolve('wiki.txt', 'wiki.txt')).vocab_size
+
+
 def pretraining_pace(out, name, device):
     """(tokens per second, model FLOP utilisation) of a model's pretraining from the record run.py
     wrote beside its params, over that command's wall time; None without one. The FLOPs are the
@@ -256,9 +264,8 @@ def pretraining_pace(out, name, device):
     except (OSError, ValueError, KeyError, TypeError):  # no record, or one from before 'tokens'
         return None
     import model
-    from engine import flops, inputs
-    vocab = inputs.read_corpus(resolve('wiki.txt', 'wiki.txt')).vocab_size
-    config = model.config_for(variant, vocab, BLOCK_SIZE, bottleneck, **sizes,
+    from engine import flops
+    config = model.config_for(variant, wiki_vocab_size(), BLOCK_SIZE, bottleneck, **sizes,
                               fast_attention=False, skip_padding=False, fast_dropout=False)
     work = tokens / (BLOCK_SIZE - 1) * flops.training_flops(model.GPT(config), [BLOCK_SIZE - 1])
     return dict(tokens_per_second=tokens / seconds,

@@ -227,11 +227,31 @@ def test_a_wavering_pace_leaves_the_plan_alone(name_data, monkeypatch, capsys):
     assert took <= 6 and lrs[-1] == pytest.approx(1e-4)
 
 
+def test_one_more_epoch_that_surely_fits_near_the_end_is_trained(name_data, monkeypatch, capsys):
+    """Steps of 100 ms measured beforehand at 110 ms (a plan of 17 epochs of 0.33 s in a 6 s
+    budget, where 18 of the true 0.3 s fit with the margin kept): the plan grows by the one epoch
+    once the pace is sure (before, it kept 17 and left more than a 20-minute run's minute unused:
+    results/cpu-20min/README.md, run 17), and the run still ends inside the budget with its
+    schedule at the floor at the last step."""
+    clock = slow_steps(monkeypatch, 0.1)
+    monkeypatch.setattr(measure.StepTimer, 'times', lambda self, *a, **k: [0.11] * 3)
+    start = clock()
+    t, _, lrs = budgeted_run(name_data, 6, max_epochs=50, start_time=start, clock=clock)
+    took = clock() - start
+    out = capsys.readouterr().out
+    assert 'time budget 0.1 min: 17 epochs' in out, out
+    assert t.schedule.max_epochs == 18 and last_printed_epochs(out) == 18, out
+    assert out.count('time budget: after epoch') == 1 and 'stopping' not in out, out
+    assert 6 - 0.3 - 0.3 <= took <= 6 and len(lrs) == 3 * 18, (took, out)
+    assert lrs[-1] == pytest.approx(1e-4)
+
+
 def test_a_stray_slow_epoch_among_short_ones_leaves_the_plan_alone(name_data, monkeypatch, capsys):
     """Short epochs with a slow one now and then, at random (a GPU's: 0.3 s epochs, one in four
     0.5 s; the first H100 run re-planned after ~96 of its 546 epochs, between 424 and 602): the
-    plan is fitted to the mean pace once or twice, not after every slow epoch; the run trains
-    the number it printed last, inside the budget, its schedule at the floor at the last step."""
+    plan is fitted to the mean pace once or twice, not after every slow epoch (in the last 5%
+    of its epochs it may still take one more that surely fits, one at a time); the run trains the
+    number it printed last, inside the budget, its schedule at the floor at the last step."""
     draw = random.Random(7)
     slow = [draw.random() < 0.25 for _ in range(400)]
     clock = slow_steps(monkeypatch, lambda n: 0.1 * (5 / 3 if slow[n // 3] else 1))
@@ -240,7 +260,10 @@ def test_a_stray_slow_epoch_among_short_ones_leaves_the_plan_alone(name_data, mo
     t, _, lrs = budgeted_run(name_data, 45, max_epochs=400, start_time=start, clock=clock)
     took = clock() - start
     out = capsys.readouterr().out
-    assert out.count('time budget: after epoch') <= 2, out
+    replans = re.findall(r'after epoch (\d+) .*: (\d+) epochs instead of (\d+)', out)
+    late = [r for r in replans if int(r[2]) - int(r[0]) <= max(2, 0.05 * int(r[2]))]
+    assert len(replans) - len(late) <= 2, out
+    assert all(int(new) == int(old) + 1 for _, new, old in late), out
     assert 'stopping' not in out and last_printed_epochs(out) == t.schedule.max_epochs, out
     assert 0.9 * 45 <= took <= 45 and lrs[-1] == pytest.approx(1e-4)
 

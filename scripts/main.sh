@@ -35,11 +35,12 @@ if [ -z "$preset" ]; then
   fi
 fi
 # cpu-20min: the whole command ends within 20 minutes of its start, set-up included; pretraining
-# gets what is left: its time budget ends it 5% early (about 55 s), which is what finetuning and
-# the evaluations take (37-57 s; results/cpu-20min: light and heavy loads left 62-89 s unused).
+# gets what is left less 15 s: its time budget ends it 5% early (about 55 s) and finetuning and
+# the evaluations take 35-60 s (60 beside the heavy load with 4 layers, run 22 of
+# results/cpu-20min, which ended 2 s inside the 20 minutes once the plan grew into its last epoch).
 pretrain_budget=()
 if [ "$preset" = cpu-20min ]; then
-  pretrain_budget=(--time_budget "$(awk -v s="$SECONDS" 'BEGIN { m = (1200 - s) / 60; printf "%.2f", (m < 1 ? 1 : m) }')")
+  pretrain_budget=(--time_budget "$(awk -v s="$SECONDS" 'BEGIN { m = (1200 - 15 - s) / 60; printf "%.2f", (m < 1 ? 1 : m) }')")
 fi
 
 out=runs/main

@@ -230,9 +230,9 @@ def test_a_wavering_pace_leaves_the_plan_alone(name_data, monkeypatch, capsys):
 def test_one_more_epoch_that_surely_fits_near_the_end_is_trained(name_data, monkeypatch, capsys):
     """Steps of 100 ms measured beforehand at 110 ms (a plan of 17 epochs of 0.33 s in a 6 s
     budget, where 18 of the true 0.3 s fit with the margin kept): the plan grows by the one epoch
-    once the pace is sure (before, it kept 17 and left more than a 20-minute run's minute unused:
-    results/cpu-20min/README.md, run 17), and the run still ends inside the budget with its
-    schedule at the floor at the last step."""
+    once the pace is sure (before, it kept 17, as a one-core run of main.sh kept 3 epochs' slack
+    and ended at 18:56 of its 20 minutes: results/cpu-20min/README.md, run 17), and the run still
+    ends inside the budget with its schedule at the floor at the last step."""
     clock = slow_steps(monkeypatch, 0.1)
     monkeypatch.setattr(measure.StepTimer, 'times', lambda self, *a, **k: [0.11] * 3)
     start = clock()

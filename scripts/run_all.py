@@ -161,7 +161,7 @@ def run_step(argv, out, log, run_flags, interrupted=lambda seconds: None):
     return time.time() - start, stdout
 
 
-BUDGET_LINES = re.compile(r'time budget [\d.]+ min: (\d+) epochs'  # the plan
+BUDGET_LINES = re.compile(r'time budget [\d.]+ min(?: \([^)]*\))?: (\d+) epochs'  # the plan
                           r'|time budget: after epoch \d+ \([\d.]+ s per epoch\): (\d+) epochs'
                           r'|time budget: the first epoch took [\d.]+ s: (\d+) epochs'  # (before 2026-11-24)
                           r'|time budget: stopping after epoch (\d+)')

@@ -49,7 +49,8 @@ class TrainerConfig:
     writer = None
     # Not in the handout: how the steps run (device, precision, compile, padding, log reads),
     # resume (resume_path every checkpoint_every epochs), the time budget (seconds from
-    # start_time; budget_may_grow: one epoch rather than an error), the threads (follow_load),
+    # start_time; budget_may_grow: one epoch rather than an error; budget_after: epochs' time it
+    # also holds for what follows), the threads (follow_load),
     # runs measured under load (under_load: presets.py), a CPU recipe's schedule (decay_share)
     device, compile = 'cpu', False
     precision = 'fp32'  # 'fp32', 'bf16' (autocast), or 'auto' (measured: engine/plan.py)
@@ -57,7 +58,7 @@ class TrainerConfig:
     pad_multiple = 8  # trimmed lengths are rounded up to this (fewer shapes for compile/kernels)
     log_every = 1  # read losses back every N steps (a GPU sync); tensorboard still gets every step
     resume_path, resume, checkpoint_every = None, False, 0
-    time_budget, start_time, budget_may_grow = None, None, False
+    time_budget, start_time, budget_may_grow, budget_after = None, None, False, 0
     follow_load, under_load, decay_share = False, None, None
 
     def __init__(self, **kwargs):

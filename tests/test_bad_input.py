@@ -8,6 +8,7 @@
 
 Error cases run in-process through run.main (fast). Inputs: tiny_run.py.
 """
+import json
 import os
 import shutil
 import subprocess
@@ -284,6 +285,13 @@ BAD_INPUT = {
     # (in-process, the budget's clock started when run.py was imported: long spent)
     'time-budget-too-small': (['pretrain', 'vanilla', 'corpus.txt', '--time_budget', '0.001'] + PT,
                               ['--time_budget 0.001 min', 'too small for one epoch']),
+    'time-budget-after-alone': (['pretrain', 'vanilla', 'corpus.txt', '--time_budget_after', '1']
+                                + PT, ['--time_budget_after', 'needs --time_budget']),
+    'time-budget-after-negative': (['pretrain', 'vanilla', 'corpus.txt', '--time_budget', '5',
+                                    '--time_budget_after', '-1'] + PT,
+                                   ['--time_budget_after', 'from 0 to 100', 'not -1']),
+    'time-budget-after-nan': (['pretrain', 'vanilla', 'corpus.txt', '--time_budget', '5',
+                               '--time_budget_after', 'nan'] + PT, ['--time_budget_after', 'not nan']),
     'edition-without-the-variant': (['pretrain', 'synthesizer', 'corpus.txt', '--edition', '2024-25']
                                     + PT, ['--edition 2024-25', 'vanilla, rope', 'synthesizer']),
 }
@@ -311,6 +319,24 @@ def test_a_share_of_a_whole_run_budget_too_small_trains_one_epoch(cli, ws):
             torch.load(ws / 'vanilla.params', weights_only=True).keys()
     finally:
         (ws / 'share.params').unlink(missing_ok=True)
+        shutil.rmtree(ws / 'expt', ignore_errors=True)
+
+
+def test_a_budget_that_holds_what_follows_says_so_and_records_its_epochs(cli, ws):
+    """main.sh's pretraining (--time_budget_after): its plan line says what the budget keeps,
+    its record holds that and each epoch's seconds (what scripts/dev/replay_budget.py replays)."""
+    code, out, err = cli('pretrain', 'vanilla', 'corpus.txt', '--time_budget', '5',
+                         '--time_budget_after', '1', '--writing_params_path', 'after.params',
+                         '--max_epochs', '3', *FAST)
+    try:
+        assert code == 0, err
+        assert "time budget 5 min (1 epoch' time of it kept for what follows): 3 epochs" in out, out
+        record = json.loads((ws / 'after.params.run.json').read_text(encoding='utf-8'))
+        assert record['time_budget_after'] == 1 and record['epochs_trained'] == 3
+        assert len(record['epoch_seconds']) == 3 and all(s > 0 for s in record['epoch_seconds'])
+    finally:
+        for name in ('after.params', 'after.params.run.json'):
+            (ws / name).unlink(missing_ok=True)
         shutil.rmtree(ws / 'expt', ignore_errors=True)
 
 

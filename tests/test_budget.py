@@ -5,6 +5,7 @@ the user's error (a flag's) or as one epoch with a warning (a preset's).
 Time is a stand-in clock that each training step advances (FakeClock): no test measures the wall
 clock, so a busy machine changes none of them."""
 import json
+import os
 import random
 import re
 
@@ -16,6 +17,7 @@ from engine import common
 from engine import cpu_recipe
 from engine import measure
 from engine import plan as planning
+from conftest import REPO
 import trainer
 from test_schedule import RecordingWriter, name_data, tiny_gpt  # noqa: F401 (name_data: a fixture)
 
@@ -283,6 +285,53 @@ def test_the_first_step_s_one_off_cost_is_not_taken_for_the_pace(name_data, monk
     assert 'time budget: after epoch' not in out and 'stopping' not in out, out
     assert t.schedule.max_epochs == 20 and len(lrs) == 3 * 20
     assert took == pytest.approx(1 + 20 * 0.3) and lrs[-1] == pytest.approx(1e-4)
+
+
+@pytest.mark.parametrize('step, epochs', [(0.1, 17), (0.2, 7)])
+def test_a_budget_that_holds_what_follows_keeps_its_time_at_the_run_s_pace(
+        name_data, monkeypatch, capsys, step, epochs):
+    """A 6 s budget that also holds 2 epochs after the training (main.sh's finetuning): the
+    epochs that fit in it less those 2 at the pace here and a 1% margin, (6 - 0.06 - 0.6) //
+    0.3 with 0.1 s steps, (6 - 0.06 - 1.2) // 0.6 with 0.2 s (a fixed 5% margin would train
+    18 and 9: what follows would end past the budget); no whole epoch left unused."""
+    clock = slow_steps(monkeypatch, step)
+    monkeypatch.setattr(measure.StepTimer, 'times', lambda self, *a, **k: [step] * 3)
+    start = clock()
+    t, _, lrs = budgeted_run(name_data, 6, max_epochs=50, start_time=start, clock=clock,
+                             budget_after=2)
+    took = clock() - start
+    out = capsys.readouterr().out
+    assert f"time budget 0.1 min (2 epochs' time of it kept for what follows): {epochs} epochs" in out
+    assert t.schedule.max_epochs == epochs and 'time budget: after epoch' not in out, out
+    epoch = 3 * step
+    assert 6 - 0.06 - epoch < took + 2 * epoch <= 6 - 0.06 and lrs[-1] == pytest.approx(1e-4)
+
+
+def recorded_epochs():
+    with open(os.path.join(REPO, 'results', 'cpu-20min', 'epoch_times.json')) as f:
+        return {name: run['epoch_seconds'] for name, run in json.load(f)['runs'].items()}
+
+
+@pytest.mark.parametrize('run', sorted(recorded_epochs()))
+def test_recorded_paces_end_before_the_time_kept_for_what_follows(name_data, monkeypatch, capsys, run):
+    """The epoch times of five main.sh runs (results/cpu-20min/epoch_times.json: idle, light
+    and heavy loads, one core; a quarter slower, as a busier machine's), replayed in main.sh's
+    pretraining budget of about 18.5 min that holds 1.2 epochs more: the training ends before
+    that time, leaving at least half of its 1% margin (a plan allowed to run into half of the
+    margin, as a budget of its own is, left 3 s of it with run 16's times), and leaves no more
+    than an epoch unused."""
+    times = [1.25 * s for s in recorded_epochs()[run]]
+    clock = slow_steps(monkeypatch, lambda n: times[(n // 3) % len(times)] / 3)
+    monkeypatch.setattr(measure.StepTimer, 'times', lambda self, *a, **k: [times[0] / 3] * 3)
+    budget, after = 1112, 1.2
+    start = clock()
+    t, _, _ = budgeted_run(name_data, budget, max_epochs=650, start_time=start, clock=clock,
+                           budget_after=after)
+    took = clock() - start
+    out = capsys.readouterr().out
+    last = times[(t.schedule.max_epochs - 1) % len(times)]
+    left = budget - took - after * last
+    assert 0.005 * budget <= left <= last + 0.01 * budget, (left, out)
 
 
 # cpu-20min's model for a slow machine (presets.slow_machine, cpu_recipe.model_for)

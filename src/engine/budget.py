@@ -18,6 +18,10 @@ the pace less or plus its uncertainty (Pace.error): it shrinks when the epochs p
 past the budget less half its margin, and grows when at least GROW more epochs (one, in the last
 few) surely fit, so a pace that wavers leaves it alone. The run trains the number of epochs
 it printed last. A budgeted run that fits every epoch is the unbudgeted run.
+
+A budget may also hold what follows the training (config.budget_after: that many epochs at the
+run's own pace, main.sh's finetuning): that time is kept at its end as it is measured, beside a
+smaller margin the plan may not run into (an overrun would come out of what follows).
 """
 import math
 import statistics
@@ -26,6 +30,11 @@ import time
 from engine import distributed
 
 MARGIN = 0.05  # of the budget, kept for epoch ends, saves, the evaluation after and noise
+# of a budget that holds what follows (its time is kept apart, at the run's pace): 11 s of
+# main.sh's 18 minutes for the saves and noise (a replay of recorded runs' epoch times, with the
+# finetuning taking 1.08-1.28 of an epoch, ended every one within [19, 20] minutes:
+# results/cpu-20min/README.md)
+FOLLOWED_MARGIN = 0.01
 # A plan grows by this share of its epochs or more (and at least 2): no trend else. In its last
 # that many epochs no later epoch can tell, and one more that surely fits is time not left
 # unused (a run on one core, 56 epochs of 18 s, kept 3 epochs' slack and ended at 18:56 of its
@@ -33,9 +42,27 @@ MARGIN = 0.05  # of the budget, kept for epoch ends, saves, the evaluation after
 GROW = 0.05
 
 
-def epochs_that_fit(seconds, epoch_seconds, budget):
-    """Whole epochs of `epoch_seconds` within `seconds`, less the margin of a `budget`."""
-    return int((seconds - MARGIN * budget) // epoch_seconds)
+def margin(config):
+    """Seconds of a TrainerConfig's budget kept for epoch ends, saves and noise."""
+    return (FOLLOWED_MARGIN if config.budget_after else MARGIN) * config.time_budget
+
+
+def kept(config, epoch_seconds):
+    """Seconds at the end of the budget that no epoch may use: the margin, and the time of what
+    follows the training (config.budget_after epochs of `epoch_seconds`)."""
+    return margin(config) + config.budget_after * epoch_seconds
+
+
+def overrun(config):
+    """How far into its margin a plan may run before it is shrunk: half of a budget's own (a
+    pace's noise is no trend), none of a budget that holds what follows (it would come out of
+    that: main.sh's finetuning would end past its 20 minutes)."""
+    return 0.0 if config.budget_after else margin(config) / 2
+
+
+def epochs_that_fit(seconds, epoch_seconds, keep):
+    """Whole epochs (or steps) of `epoch_seconds` within `seconds`, less `keep` seconds."""
+    return int((seconds - keep) // epoch_seconds)
 
 
 def budgeted(config):
@@ -112,6 +139,7 @@ class TimeBudget:
                 seconds = (now - self.after_first_step) / (n - 1) * trainer.steps_per_epoch
             self.first_epoch_steps = None
         self.pace.add(seconds)
+        trainer.epoch_seconds = self.pace.times  # (for the run's record)
         self.epoch_start = now
         return self.replan(trainer, epoch + 1)
 
@@ -126,13 +154,14 @@ class TimeBudget:
             return False
         pace, error = self.pace.seconds(), self.pace.error()
         left = self.left(trainer)
-        fit = max(epochs_that_fit(left, pace, config.time_budget), 0)
+        fit = max(epochs_that_fit(left, pace, kept(config, pace)), 0)
         epochs = min(done + fit, schedule.asked[0])
         planned = schedule.max_epochs
         # act on the pace only where its uncertainty (a few epochs' mean) cannot explain the change
-        if epochs < planned and (planned - done) * (pace - error) <= left - MARGIN / 2 * config.time_budget:
-            epochs = planned  # the plan still ends inside the budget (in half of its margin)
-        surely = done + max(epochs_that_fit(left, pace + error, config.time_budget), 0)
+        ends_by = left - kept(config, pace) + overrun(config)
+        if epochs < planned and (planned - done) * (pace - error) <= ends_by:
+            epochs = planned  # the plan still ends inside the budget (see overrun)
+        surely = done + max(epochs_that_fit(left, pace + error, kept(config, pace + error)), 0)
         trend = max(2, GROW * planned)
         if planned < epochs and surely < planned + (1 if planned - done <= trend else trend):
             epochs = planned  # a few more epochs would fit: a faster epoch or two is no trend

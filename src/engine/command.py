@@ -50,6 +50,10 @@ def add_engine_flags(argp):
     # run_all.py's share of a whole-run budget: too small for one epoch trains one, with a
     # warning, as a preset's budget does (the user's own --time_budget: an error)
     extra.add_argument('--time_budget_share', action='store_true', help=argparse.SUPPRESS)
+    # main.sh's: the budget also holds EPOCHS epochs at this run's pace after its training (the
+    # finetuning that follows), kept at its end as the pace is measured (budget.py)
+    extra.add_argument('--time_budget_after', type=float, default=0.0, metavar='EPOCHS',
+                       help=argparse.SUPPRESS)
     extra.add_argument('--batch_size', type=int, default=None)
     extra.add_argument('--seed', type=int, default=0, help='seeds python, torch (default 0)')
     extra.add_argument('--device', choices=('auto', 'cpu', 'cuda'), default='auto')
@@ -145,6 +149,11 @@ def check_args(args):
     if args.time_budget is not None and not 0 < args.time_budget <= common.MAX_BUDGET_MINUTES:
         raise UsageError(f'--time_budget must be a positive number of minutes up to '
                          f'{common.MAX_BUDGET_MINUTES} (a week), not {args.time_budget:g}')
+    if args.time_budget_after and args.time_budget is None:
+        raise UsageError('--time_budget_after needs --time_budget (the budget that holds it)')
+    if not 0 <= args.time_budget_after <= 100:  # (nan fails too)
+        raise UsageError(f'--time_budget_after must be a number of epochs from 0 to 100, not '
+                         f'{args.time_budget_after:g}')
     if args.resume and args.function == 'evaluate':
         raise UsageError('--resume is for pretrain and finetune')
     if args.resume and not os.path.isfile(args.writing_params_path + '.ckpt'):
@@ -212,7 +221,8 @@ def trainer_config(args, stage, pretrain_len, device, writer=None):
         resume_path=args.writing_params_path + '.ckpt', resume=args.resume,
         checkpoint_every=args.checkpoint_every,
         time_budget=None if budget is None else budget * 60, start_time=args.started,
-        budget_may_grow=args.time_budget is None or args.time_budget_share)
+        budget_may_grow=args.time_budget is None or args.time_budget_share,
+        budget_after=args.time_budget_after)
     if tconf.precision == 'bf16' and device.startswith('cuda') and distributed.rank() == 0:
         print('warning: --precision bf16 on a GPU: the handout\'s pretraining under it climbed back '
               'to a loss of 3.6 on an H100 where fp32 learned (results/h100-80gb-hbm3/README.md)',
@@ -292,9 +302,11 @@ def save_params(gpt, args, device, run, tconf, budget, stage):
                  shuffle=tconf.shuffle, warmup_tokens=tconf.warmup_tokens,
                  final_tokens=run.schedule.final_tokens, decay_share=tconf.decay_share,
                  n_layer=inputs.layers_of(gpt.state_dict()),
-                 time_budget_minutes=budget, epochs_asked=tconf.max_epochs,
+                 time_budget_minutes=budget, time_budget_after=tconf.budget_after or None,
+                 epochs_asked=tconf.max_epochs,
                  epochs_planned=run.schedule.max_epochs, epochs_trained=run.epochs_trained,
                  steps=run.step, tokens=run.tokens,
+                 epoch_seconds=[round(t, 2) for t in getattr(run, 'epoch_seconds', [])] or None,
                  others_share=getattr(run, 'others_share', None) and round(run.others_share, 4))
 
 

@@ -27,7 +27,7 @@ from engine import cpu_load
 from engine import cpu_paths
 from engine import distributed
 from engine.batches import steps_per_epoch, workers_for
-from engine.budget import budgeted, epochs_that_fit
+from engine.budget import budgeted, epochs_that_fit, kept
 from engine.common import UsageError
 from engine.measure import StepTimer, median
 
@@ -65,8 +65,10 @@ class Plan:
             parts.append(self.depth)
         if self.epochs is not None:
             epoch_seconds = self.step_seconds * self.steps_per_epoch
-            parts.append(f'time budget {config.time_budget / 60:g} min: {self.epochs} epochs of '
-                         f'{self.steps_per_epoch} steps ({self.step_seconds:.3f} s per step '
+            after = (f' ({config.budget_after:g} epoch{"" if config.budget_after == 1 else "s"}\' '
+                     'time of it kept for what follows)' if config.budget_after else '')
+            parts.append(f'time budget {config.time_budget / 60:g} min{after}: {self.epochs} '
+                         f'epochs of {self.steps_per_epoch} steps ({self.step_seconds:.3f} s per step '
                          f'measured, {epoch_seconds:.1f} s per epoch) -> about '
                          f'{self.epochs * epoch_seconds / 60:.1f} min' + self.budget_note)
         return 'plan: ' + '; '.join(parts) if parts else None
@@ -178,7 +180,8 @@ def plan_epochs(plan, timer, model, dataset, config, clock, smaller, say):
     step = measured_step(timer, plan.precision, config, clock)
     if smaller is not None:
         build, below = smaller
-        fit = epochs_that_fit(config.time_budget - (clock() - start), step, config.time_budget)
+        fit = epochs_that_fit(config.time_budget - (clock() - start), step,
+                              kept(config, step * per_epoch))  # (in steps)
         fit = int(distributed.agree(max(fit, 0), timer.device, 'min'))
         if fit < min(below, config.max_epochs * per_epoch):
             layers = layers_of(model)
@@ -190,7 +193,8 @@ def plan_epochs(plan, timer, model, dataset, config, clock, smaller, say):
                           f'{below:,}')
             step = measured_step(timer, plan.precision, config, clock)
     epoch_seconds = step * per_epoch
-    fit = epochs_that_fit(config.time_budget - (clock() - start), epoch_seconds, config.time_budget)
+    fit = epochs_that_fit(config.time_budget - (clock() - start), epoch_seconds,
+                          kept(config, epoch_seconds))
     if fit < 1:
         too_small = (f'{config.time_budget / 60:g} min is too small for one epoch: an epoch '
                      f'takes about {epoch_seconds / 60:.2f} min here ({per_epoch} steps '

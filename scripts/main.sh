@@ -58,6 +58,7 @@ run evaluate vanilla wiki.txt --reading_params_path vanilla.finetune.params \
   --eval_corpus_path birth_dev.tsv --outputs_path vanilla.pretrain.dev.predictions \
   | tee dev_accuracy.txt
 # the loss curves of both trainings as a picture (and run_all's report of this folder)
-python "$src/../scripts/run_all.py" --report-only --preset "$preset" --models vanilla --out . >/dev/null
+python "$src/../scripts/run_all.py" --report-only --preset "$preset" --models vanilla --out . \
+  --command "bash scripts/main.sh${*:+ $*}" >/dev/null
 echo "dev accuracy ($preset preset): $(grep Correct dev_accuracy.txt) (London baseline: 5.0%)"
 echo "predictions and params: $out/; loss curves: $out/loss_curves.png; report: $out/report.md"

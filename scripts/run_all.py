@@ -272,19 +272,40 @@ def pretraining_pace(out, name, device):
                 mfu=flops.mfu(work, seconds, precision, flops.peaks_of(device)))
 
 
-def report(out, timings, flags, preset, models=DEFAULT_MODELS, out_arg=None, time_budget=None):
+def recorded_seconds(out, name):
+    """A model's step times as run.py's records beside its outputs hold them (a folder that
+    main.sh's commands filled, not this script: no timings.json), the epochs a time budget chose
+    with them; {} without records."""
+    seconds = {}
+    for step, argv in commands(name) if name in MODELS else []:
+        try:
+            with open(os.path.join(out, output_of(argv) + '.run.json'), encoding='utf-8') as f:
+                record = json.load(f)
+            seconds[step] = float(record['seconds'])
+            if record.get('time_budget_minutes') is not None:
+                seconds[f'{step} epochs'] = int(record['epochs_trained'])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue  # (no record, or one not of run.py's making: nothing to say)
+    return seconds
+
+
+def report(out, timings, flags, preset, models=DEFAULT_MODELS, out_arg=None, time_budget=None,
+           command=None):
+    """report.md, report.json and loss_curves.png in `out`; `command`: what filled the folder
+    (default: this script's command line)."""
     rows = []
     device = device_name(flags)
     for name in ['london', *models]:
         acc = dev_accuracy(out, name)
         public, minimum = REFERENCE[name]
-        rows.append(dict(model=name, dev=acc, seconds=timings.get(name, {}), public=public,
-                         handout_minimum=minimum, pretraining=pretraining_pace(out, name, device)))
+        rows.append(dict(model=name, dev=acc, seconds=timings.get(name) or recorded_seconds(out, name),
+                         public=public, handout_minimum=minimum,
+                         pretraining=pretraining_pace(out, name, device)))
     info = dict(preset=preset, flags=flags, device=device, commit=source_commit(),
                 seed=int(flags[flags.index('--seed') + 1]) if '--seed' in flags else 0,
                 date=time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime()), models=rows,
                 readings={name: READINGS[name] for name in models if name in READINGS})
-    info['command'] = ' '.join(['python scripts/run_all.py', '--preset', preset]
+    info['command'] = command or ' '.join(['python scripts/run_all.py', '--preset', preset]
                                + (['--models', *models] if list(models) != DEFAULT_MODELS else [])
                                + (['--out', out_arg] if out_arg else [])
                                + (['--time_budget', f'{time_budget:g}'] if time_budget else [])
@@ -356,6 +377,8 @@ def main():
     ap.add_argument('--models', nargs='+', choices=list(MODELS), default=DEFAULT_MODELS)
     ap.add_argument('--force', action='store_true', help='rerun stages whose outputs exist')
     ap.add_argument('--report-only', action='store_true')
+    # main.sh's report of its own folder: the command the report names
+    ap.add_argument('--command', default=None, help=argparse.SUPPRESS)
     ap.add_argument('--time_budget', type=float, default=None, metavar='MINUTES',
                     help='end the whole run within MINUTES (shared among the training steps)')
     ap.add_argument('run_flags', nargs=argparse.REMAINDER,
@@ -425,7 +448,7 @@ def main():
                 if epochs is not None:  # a time budget chose them: the report says how many
                     mine[f'{step} epochs'] = epochs
                 save_timings(timing_file, timings)
-    report(out, timings, flags, args.preset, args.models, args.out, args.time_budget)
+    report(out, timings, flags, args.preset, args.models, args.out, args.time_budget, args.command)
 
 
 if __name__ == '__main__':

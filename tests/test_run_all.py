@@ -92,6 +92,30 @@ def test_the_report_gives_each_pretraining_s_pace_and_flop_utilisation(finished_
     assert row[0].endswith(f"| {50 * 128 * 127 / 2.0:,.0f}, — |")  # this machine: no known peak
 
 
+def test_a_folder_of_main_sh_s_commands_reports_their_times_and_its_command(finished_run):
+    """main.sh runs run.py itself (no timings.json) and asks for the report of its folder: the
+    step times and the epochs its budget chose come from run.py's records, the command named is
+    main.sh's; a record that is not run.py's says nothing."""
+    records = {'vanilla.pretrain.params': dict(seconds=1069.4, time_budget_minutes=18.57,
+                                               epochs_trained=47, steps=2914),
+               'vanilla.finetune.params': dict(seconds=27.0, time_budget_minutes=None, epochs_trained=1),
+               'vanilla.pretrain.dev.predictions': dict(seconds=2.9)}
+    for name, record in records.items():
+        (finished_run / f'{name}.run.json').write_text(json.dumps(record))
+    (finished_run / 'vanilla.pretrain.test.predictions.run.json').write_text('[1, 2]')
+    run_all.report(str(finished_run), {}, [], 'cpu-20min', models=['vanilla'],
+                   command='bash scripts/main.sh')
+    md = (finished_run / 'report.md').read_text()
+    row = next(line for line in md.splitlines() if line.startswith('| vanilla |'))
+    assert '| pretrain 1069, pretrain epochs 47, finetune 27, evaluate-dev 3 |' in row, row
+    assert '- command: `bash scripts/main.sh`' in md
+    # run_all's own times, where it ran the steps, come first
+    run_all.report(str(finished_run), {'vanilla': {'pretrain': 5.0}}, [], 'cpu-20min', models=['vanilla'])
+    row = next(line for line in (finished_run / 'report.md').read_text().splitlines()
+               if line.startswith('| vanilla |'))
+    assert '| pretrain 5 |' in row and 'finetune' not in row
+
+
 def test_a_run_named_by_hand_is_drawn_as_its_model(finished_run):
     # main.sh's commands leave the handout's default name, 'run', on the tensorboard folder
     for function in ('pretrain', 'finetune'):

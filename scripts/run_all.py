@@ -274,15 +274,16 @@ def pretraining_pace(out, name, device):
 
 def recorded_seconds(out, name):
     """A model's step times as run.py's records beside its outputs hold them (a folder that
-    main.sh's commands filled, not this script: no timings.json), the epochs a time budget chose
-    with them; {} without records."""
+    main.sh's commands filled, not this script: no timings.json), with the epochs trained where a
+    time budget cut those asked for; {} without records."""
     seconds = {}
     for step, argv in commands(name) if name in MODELS else []:
         try:
             with open(os.path.join(out, output_of(argv) + '.run.json'), encoding='utf-8') as f:
                 record = json.load(f)
             seconds[step] = float(record['seconds'])
-            if record.get('time_budget_minutes') is not None:
+            if record.get('time_budget_minutes') is not None and \
+                    record.get('epochs_trained') != record.get('epochs_asked'):
                 seconds[f'{step} epochs'] = int(record['epochs_trained'])
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue  # (no record, or one not of run.py's making: nothing to say)

@@ -94,11 +94,12 @@ def test_the_report_gives_each_pretraining_s_pace_and_flop_utilisation(finished_
 
 def test_a_folder_of_main_sh_s_commands_reports_their_times_and_its_command(finished_run):
     """main.sh runs run.py itself (no timings.json) and asks for the report of its folder: the
-    step times and the epochs its budget chose come from run.py's records, the command named is
-    main.sh's; a record that is not run.py's says nothing."""
+    step times and the epochs its budget chose (where it cut those asked for) come from run.py's
+    records, the command named is main.sh's; a record that is not run.py's says nothing."""
     records = {'vanilla.pretrain.params': dict(seconds=1069.4, time_budget_minutes=18.57,
-                                               epochs_trained=47, steps=2914),
-               'vanilla.finetune.params': dict(seconds=27.0, time_budget_minutes=None, epochs_trained=1),
+                                               epochs_asked=650, epochs_trained=47, steps=2914),
+               'vanilla.finetune.params': dict(seconds=27.0, time_budget_minutes=1, epochs_asked=1,
+                                               epochs_trained=1),
                'vanilla.pretrain.dev.predictions': dict(seconds=2.9)}
     for name, record in records.items():
         (finished_run / f'{name}.run.json').write_text(json.dumps(record))

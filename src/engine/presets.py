@@ -193,13 +193,13 @@ CPU_MIX = dict(
 
 # What `bash scripts/main.sh` (cpu-20min) trained and answered from fresh clones on the 2-core
 # AVX2 EPYC (results/cpu-20min/README.md): a run that trained fewer steps says what such runs got.
-CPU_20MIN_UNDER_LOAD = dict(source='results/cpu-20min/README.md: runs 16-25, the rate held at '
+CPU_20MIN_UNDER_LOAD = dict(source='results/cpu-20min/README.md: runs 16-31, the rate held at '
                                    'its peak', runs={
-    'idle': dict(layers=4, steps=(2914, 3162), dev='32.0% and 37.6%'),
-    'beside the light load': dict(layers=4, steps=(2294, 2480), dev='19.2% and 22.4%'),
-    'with one core (beside the heavy load, or taskset)': dict(layers=2, steps=(3472, 3596),
-                                                              dev='10.8-12.4% (3 runs)'),
-    'with one core, the 4 layers kept': dict(layers=4, steps=(2046, 2108), dev='11.0-13.4% (3 runs)'),
+    'idle': dict(layers=4, steps=(2914, 3162), dev='32.0-37.6% (3 runs)'),
+    'beside the light load': dict(layers=4, steps=(2294, 2604), dev='19.2-29.0% (3 runs)'),
+    'with one core (beside the heavy load, or taskset)': dict(layers=2, steps=(3472, 3968),
+                                                              dev='10.8-14.0% (6 runs)'),
+    'with one core, the 4 layers kept': dict(layers=4, steps=(2046, 2356), dev='11.0-17.8% (4 runs)'),
 })
 
 PRESETS = {

@@ -55,8 +55,8 @@ def replay(times, budget, after, first_plan, start=10.0):
     The first plan's epoch is times[0] * first_plan; measuring it takes `start` seconds."""
     now = [start]
     config = types.SimpleNamespace(time_budget=budget, budget_after=after)
-    epoch = times[0] * first_plan
-    fit = rules.epochs_that_fit(budget - start, epoch, rules.kept(config, epoch))
+    first = times[0] * first_plan
+    fit = rules.epochs_that_fit(budget - start, first, rules.kept(config, first))
     epochs = min(max(fit, 1), ASKED)
     schedule = types.SimpleNamespace(max_epochs=ASKED, asked=(ASKED, ASKED * TOKENS), warmup_tokens=0,
                                      final_tokens=ASKED * TOKENS, relaid=None, decay_share=None)

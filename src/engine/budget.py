@@ -153,13 +153,12 @@ class TimeBudget:
         if done >= schedule.max_epochs:
             return False
         pace, error = self.pace.seconds(), self.pace.error()
-        left = self.left(trainer)
-        fit = max(epochs_that_fit(left, pace, kept(config, pace)), 0)
+        left, keep = self.left(trainer), kept(config, pace)
+        fit = max(epochs_that_fit(left, pace, keep), 0)
         epochs = min(done + fit, schedule.asked[0])
         planned = schedule.max_epochs
         # act on the pace only where its uncertainty (a few epochs' mean) cannot explain the change
-        ends_by = left - kept(config, pace) + overrun(config)
-        if epochs < planned and (planned - done) * (pace - error) <= ends_by:
+        if epochs < planned and (planned - done) * (pace - error) <= left - keep + overrun(config):
             epochs = planned  # the plan still ends inside the budget (see overrun)
         surely = done + max(epochs_that_fit(left, pace + error, kept(config, pace + error)), 0)
         trend = max(2, GROW * planned)

@@ -48,9 +48,8 @@ class TrainerConfig:
     cpu_workers = 0  # worker processes on a CPU too (they take cores from the model: off unless asked)
     writer = None
     # Not in the handout: how the steps run (device, precision, compile, padding, log reads),
-    # resume (resume_path every checkpoint_every epochs), the time budget (seconds from
-    # start_time; budget_may_grow: one epoch rather than an error; budget_after: epochs' time it
-    # also holds for what follows), the threads (follow_load),
+    # resume (resume_path every checkpoint_every epochs), the time budget (engine/budget.py:
+    # seconds from start_time, and what may grow or follow), the threads (follow_load),
     # runs measured under load (under_load: presets.py), a CPU recipe's schedule (decay_share)
     device, compile = 'cpu', False
     precision = 'fp32'  # 'fp32', 'bf16' (autocast), or 'auto' (measured: engine/plan.py)

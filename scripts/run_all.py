@@ -226,6 +226,17 @@ def read_losses(out):
     return curves
 
 
+def run_record(out, output):
+    """The record run.py wrote beside `output` in `out` (a dict); None where there is none, or
+    one not of its making (a folder's files are whoever's)."""
+    try:
+        with open(os.path.join(out, output + '.run.json'), encoding='utf-8') as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
 def steps_per_epoch(out, curves):
     """{'<model>/<stage>': steps per epoch} from the .run.json run.py wrote beside each params
     file (its steps over its epochs); stages without one are left out."""
@@ -233,11 +244,10 @@ def steps_per_epoch(out, curves):
     for key in curves:
         name, stage = key.split('/')
         params = files_of(name).get('pretrain' if stage == 'pretrain' else 'params') if name in MODELS else None
+        record = run_record(out, params) if params else None
         try:
-            with open(os.path.join(out, f'{params}.run.json'), encoding='utf-8') as f:
-                record = json.load(f)
             found[key] = record['steps'] / record['epochs_trained']
-        except (TypeError, OSError, ValueError, KeyError, ZeroDivisionError):
+        except (TypeError, ValueError, KeyError, ZeroDivisionError):
             continue
     return found
 
@@ -255,13 +265,12 @@ def pretraining_pace(out, name, device):
     handout's work: every position of every row, forward and backward, on the plain fp32 model."""
     if name not in MODELS or not MODELS[name][2]:
         return None
+    record = run_record(out, files_of(name)['pretrain'])
     try:
-        with open(os.path.join(out, files_of(name)['pretrain'] + '.run.json'), encoding='utf-8') as f:
-            record = json.load(f)
         tokens, seconds, precision = record['tokens'], record['seconds'], record['precision']
         sizes = dict(model_values(record['preset']), n_layer=record['n_layer'])
         variant, bottleneck = record['variant'], record.get('bottleneck_dim')
-    except (OSError, ValueError, KeyError, TypeError):  # no record, or one from before 'tokens'
+    except (ValueError, KeyError, TypeError):  # no record, or one from before 'tokens'
         return None
     import model
     from engine import flops
@@ -278,14 +287,13 @@ def recorded_seconds(out, name):
     time budget cut those asked for; {} without records."""
     seconds = {}
     for step, argv in commands(name) if name in MODELS else []:
+        record = run_record(out, output_of(argv))
         try:
-            with open(os.path.join(out, output_of(argv) + '.run.json'), encoding='utf-8') as f:
-                record = json.load(f)
             seconds[step] = float(record['seconds'])
             if record.get('time_budget_minutes') is not None and \
                     record.get('epochs_trained') != record.get('epochs_asked'):
                 seconds[f'{step} epochs'] = int(record['epochs_trained'])
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        except (ValueError, KeyError, TypeError):
             continue  # (no record, or one not of run.py's making: nothing to say)
     return seconds
 

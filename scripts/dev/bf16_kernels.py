@@ -28,6 +28,8 @@ CONFIGS = [
     ('bf16-efficient-nodrop', 'bf16', 'EFFICIENT_ATTENTION', 0.0),
     ('bf16-math-nodrop', 'bf16', 'MATH', 0.0),
     ('fp32-default', 'fp32', None, 0.1),
+    ('bf16-cudnn', 'bf16', 'CUDNN_ATTENTION', 0.1),
+    ('bf16-default', 'bf16', None, 0.1),
 ]
 EPOCH_LINE = re.compile(r'epoch (\d+) iter \d+: train loss (\d+\.\d+)')
 

@@ -1,4 +1,5 @@
 """scripts/dev/benchmark.py's model-FLOP count, against the model's FLOPs written out."""
+import itertools
 import os
 import sys
 
@@ -126,3 +127,15 @@ def test_the_compiled_rows_timed_steps_compile_nothing(monkeypatch):
     torch._dynamo.reset()
     assert compiled >= 2  # a graph per width met: compiling did happen, before the clock
     assert compiled_during == [0]
+
+
+def test_the_plain_loop_takes_more_steps_than_an_epoch_holds():
+    """--steps 40 on wiki.txt (23 batches) stopped with StopIteration on an H100
+    (results/h100-80gb-hbm3/loan5/): the plain loop now goes on into the next epoch."""
+    torch.manual_seed(0)
+    data = [(torch.randint(1, 20, (8,)), torch.randint(1, 20, (8,))) for _ in range(3)]
+    loader = torch.utils.data.DataLoader(data, batch_size=2)
+    sizes = [len(x) for x, _ in itertools.islice(benchmark.epoch_after_epoch(loader), 5)]
+    assert sizes == [2, 1, 2, 1, 2]
+    gpt = benchmark.model.GPT(benchmark.model.GPTConfig(20, 8, n_layer=1, n_head=2, n_embd=16))
+    assert benchmark.plain_steps(gpt, data, 2, 4, 'cpu') > 0

@@ -52,7 +52,7 @@ class TrainerConfig:
     # seconds from start_time, and what may grow or follow), the threads (follow_load),
     # runs measured under load (under_load: presets.py), a CPU recipe's schedule (decay_share)
     device, compile = 'cpu', False
-    precision = 'fp32'  # 'fp32', 'bf16' (autocast), or 'auto' (measured: engine/plan.py)
+    precision = 'fp32'  # 'fp32', 'tf32' (GPU), 'bf16' (autocast), 'auto' (measured: engine/plan.py)
     path_cache = None  # where 'auto' remembers its measured choices (a JSON file), or None
     pad_multiple = 8  # trimmed lengths are rounded up to this (fewer shapes for compile/kernels)
     log_every = 1  # read losses back every N steps (a GPU sync); tensorboard still gets every step

@@ -292,6 +292,13 @@ BAD_INPUT = {
                                    ['--time_budget_after', 'from 0 to 100', 'not -1']),
     'time-budget-after-nan': (['pretrain', 'vanilla', 'corpus.txt', '--time_budget', '5',
                                '--time_budget_after', 'nan'] + PT, ['--time_budget_after', 'not nan']),
+    'tf32-on-a-cpu': (['pretrain', 'vanilla', 'corpus.txt'] + PT + ['--precision', 'tf32',
+                                                                     '--device', 'cpu'],
+                      ['--precision tf32', 'GPU', 'on a CPU use fp32 or bf16']),
+    'tf32-evaluating-on-a-cpu': (['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path',
+                                  'vanilla.params', '--eval_corpus_path', 'dev.tsv'] + EV
+                                 + ['--precision', 'tf32', '--device', 'cpu'],
+                                 ['--precision tf32', 'GPU']),
     'edition-without-the-variant': (['pretrain', 'synthesizer', 'corpus.txt', '--edition', '2024-25']
                                     + PT, ['--edition 2024-25', 'vanilla, rope', 'synthesizer']),
 }

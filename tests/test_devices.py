@@ -1,5 +1,8 @@
 """devices.py gives one answer to "does this device compute in bf16?" for run.py, the trainer and
 the scripts, whatever the device is called: under torchrun a GPU rank's device is 'cuda:N'."""
+import warnings
+
+import pytest
 import torch
 
 from engine import devices
@@ -40,3 +43,51 @@ def test_random_states_touch_only_the_training_device(monkeypatch):
     states = devices.random_states('cuda:1')
     devices.set_random_states(states, 'cuda:1')
     assert asked == [('get', 'cuda:1'), ('set', 'cuda:1')]
+
+
+def sdpa_backends():
+    b = torch.backends.cuda
+    return dict(flash=b.flash_sdp_enabled(), efficient=b.mem_efficient_sdp_enabled(),
+                math=b.math_sdp_enabled(), cudnn=b.cudnn_sdp_enabled())
+
+
+def test_tf32_holds_for_the_step_and_is_put_back_after_it():
+    """--precision tf32: the fp32 matrix products may use the tensor cores inside each step (the
+    context is reused, step after step) and not after it; fp32 and a CPU leave the switch alone.
+    The switch is a flag torch keeps without a GPU, so this runs anywhere."""
+    assert torch.backends.cuda.matmul.allow_tf32 is False  # conftest's: fp32 means fp32
+    step = devices.autocast('cuda', 'tf32')
+    for _ in range(2):
+        with step:
+            assert torch.backends.cuda.matmul.allow_tf32 is True
+        assert torch.backends.cuda.matmul.allow_tf32 is False
+    for device, precision in (('cuda', 'fp32'), ('cpu', 'fp32'), ('cpu', 'bf16')):
+        with devices.autocast(device, precision):
+            assert torch.backends.cuda.matmul.allow_tf32 is False
+
+
+def test_bf16_on_a_gpu_attends_with_flash_or_the_math_and_puts_the_choice_back():
+    """cuDNN's attention (torch's default for bf16 on an H100) and the memory-efficient kernel
+    stopped learning under bf16 with the handout's attention dropout; flash and the math did not
+    (results/h100-80gb-hbm3/README.md). The backends torch may pick are set for the step only."""
+    before = sdpa_backends()
+    assert all(before.values())
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')  # autocast('cuda') without a GPU: "disabling autocast"
+        step = devices.autocast('cuda:0', 'bf16')
+    for _ in range(2):
+        with step:
+            assert sdpa_backends() == dict(flash=True, efficient=False, math=True, cudnn=False)
+        assert sdpa_backends() == before
+    for device, precision in (('cuda', 'fp32'), ('cuda', 'tf32'), ('cpu', 'bf16')):
+        with devices.autocast(device, precision):
+            assert sdpa_backends() == before
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='the kernel torch picks on a GPU')
+def test_bf16_on_a_gpu_picks_the_flash_kernel_for_the_handouts_attention():
+    from torch.nn.attention import SDPBackend
+    q = torch.randn(128, 8, 128, 32, device='cuda', dtype=torch.bfloat16)
+    with devices.autocast('cuda', 'bf16'):
+        choice = torch._fused_sdp_choice(q, q, q, None, 0.1, True)
+    assert choice == int(SDPBackend.FLASH_ATTENTION)

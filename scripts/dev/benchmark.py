@@ -101,13 +101,14 @@ def worker_startup(data, batch):
     return time.perf_counter() - start
 
 
-def fast_steps(gpt, data, batch, steps, device, compile_model, path=None):
+def fast_steps(gpt, data, batch, steps, device, compile_model, path=None, precision='auto'):
     """trainer.Trainer on `steps` batches (after a warm-up run); returns seconds per step, the
     precision and the CPU attention path taken (cpu_paths.path_name's kernel: True, False, None).
-    path: a CPU candidate (precision, attention kernel) to force; None: the default."""
+    path: a CPU candidate (precision, attention kernel) to force; None: the default.
+    precision: run.py's --precision."""
     # the warm-up run makes run.py's default choice: on a CPU, precision 'auto' measures the
     # candidates (and attention paths) and keeps the fastest; the timed run takes that choice
-    precision = devices.pick_precision('auto', device, training=True)
+    precision = devices.pick_precision(precision, device, training=True)
     if path is not None:
         precision = path[0]
         cpu_paths.set_attention_path(gpt, path[1])
@@ -254,6 +255,9 @@ def main():
                     choices=('default', 'reduce-overhead'),
                     help='also measure the fast path under torch.compile (another column); '
                          'reduce-overhead: with CUDA graphs on a GPU (run.py --compile\'s modes)')
+    ap.add_argument('--precision', choices=('auto', 'fp32', 'tf32', 'bf16'), default='auto',
+                    help='the fast and compiled columns\' arithmetic (run.py --precision; the '
+                         'plain column is the handout\'s fp32)')
     ap.add_argument('--peak_tflops', type=float, nargs=2, metavar=('FP32', 'BF16'),
                     help='the device\'s dense peak TFLOP/s, for the MFU column (built in for '
                          'known GPUs)')
@@ -261,6 +265,8 @@ def main():
                     help='the report (default results/benchmarks-<machine kind>[-<preset>].md, '
                          'e.g. benchmarks-amd-epyc-avx2.md)')
     args = ap.parse_args()
+    if args.precision == 'tf32' and args.device == 'cpu':
+        ap.error('--precision tf32 is a GPU\'s (fp32 matrix products on tensor cores)')
     if args.out is None:
         preset = '' if args.preset == 'handout' else f'-{args.preset}'
         args.out = os.path.join(REPO, 'results', f'benchmarks-{machine_kind(args.device)}{preset}.md')
@@ -293,7 +299,8 @@ def main():
                 utils.set_seed(0)
                 t_fast, precision, kernel = fast_steps(build(variant, wiki.vocab_size, True,
                                                              args.preset),
-                                                       data, batch, args.steps, args.device, False)
+                                                       data, batch, args.steps, args.device, False,
+                                                       precision=args.precision)
                 fasts.append(t_fast)
             t_plain, t_fast = median(plains), median(fasts)
             tokens = batch * (presets.BLOCK_SIZE - 1)
@@ -306,7 +313,8 @@ def main():
                 torch._dynamo.reset()  # each row compiles afresh, within dynamo's cache limits
                 utils.set_seed(0)
                 t_compiled, *_ = fast_steps(build(variant, wiki.vocab_size, True, args.preset), data,
-                                           batch, args.steps, args.device, args.compile)
+                                           batch, args.steps, args.device, args.compile,
+                                           precision=args.precision)
                 row.append(f'{tokens / t_compiled:,.0f} tok/s: {t_plain / t_compiled:.2f}x plain, '
                            f'{t_fast / t_compiled:.2f}x fast')
                 mfus.append(mfu(flops, t_compiled, precision, peaks))

@@ -57,12 +57,14 @@ def add_engine_flags(argp):
     extra.add_argument('--batch_size', type=int, default=None)
     extra.add_argument('--seed', type=int, default=0, help='seeds python, torch (default 0)')
     extra.add_argument('--device', choices=('auto', 'cpu', 'cuda'), default='auto')
-    extra.add_argument('--precision', choices=('auto', 'fp32', 'bf16'), default='auto',
+    extra.add_argument('--precision', choices=('auto', 'fp32', 'tf32', 'bf16'), default='auto',
                        help='auto: the handout\'s fp32, except that training a CPU recipe '
                             '(cpu-20min, cpu-45min, cpu-rehearsal) on a CPU measures which is '
                             'faster on this machine (fp32, or bf16 autocast where the CPU has bf16 '
-                            'arithmetic; and the attention path) and remembers it; on a GPU fp32 '
-                            '(bf16 was measured diverging there)')
+                            'arithmetic; and the attention path) and remembers it; on a GPU fp32. '
+                            'tf32 (a GPU\'s): fp32 with the matrix products on tensor cores. '
+                            'bf16: autocast, on a GPU with the flash attention kernel (the '
+                            'others stalled there)')
     extra.add_argument('--compile', nargs='?', const='default', default=False,
                        choices=('default', 'reduce-overhead'),
                        help='torch.compile the model (GPU or CPU; the first steps compile); '
@@ -96,6 +98,9 @@ def check_args(args):
     if args.bottleneck_dim <= 0 or args.bottleneck_dim > presets.BLOCK_SIZE:
         raise UsageError(f'--bottleneck_dim must be from 1 to the block size {presets.BLOCK_SIZE}, '
                          f'not {args.bottleneck_dim}')
+    if args.precision == 'tf32' and devices.pick_device(args.device) == 'cpu':
+        raise UsageError('--precision tf32 is a GPU\'s arithmetic (fp32 matrix products on NVIDIA '
+                         'tensor cores); on a CPU use fp32 or bf16')
     if args.num_workers is not None and args.num_workers < 0:
         raise UsageError(f'--num_workers must be 0 or more, not {args.num_workers}')
     if args.checkpoint_every < 0:
@@ -224,8 +229,9 @@ def trainer_config(args, stage, pretrain_len, device, writer=None):
         budget_may_grow=args.time_budget is None or args.time_budget_share,
         budget_after=args.time_budget_after)
     if tconf.precision == 'bf16' and device.startswith('cuda') and distributed.rank() == 0:
-        print('warning: --precision bf16 on a GPU: the handout\'s pretraining under it climbed back '
-              'to a loss of 3.6 on an H100 where fp32 learned (results/h100-80gb-hbm3/README.md)',
+        print('note: --precision bf16 on a GPU attends with the flash kernel: under bf16 the '
+              'handout\'s pretraining stopped learning with the others on an H100, and flash was '
+              'measured for 40 epochs only (results/h100-80gb-hbm3/README.md)',
               file=sys.stderr, flush=True)
     return tconf, budget
 

@@ -34,19 +34,49 @@ def bf16_supported(device):
 def pick_precision(name, device, training, measure=True):
     """auto: in training on a CPU, where `measure` (a preset that adapts to the machine), the
     run's plan measures which is faster here (plan.py); otherwise fp32, the handout's
-    arithmetic. An explicit 'fp32' or 'bf16' stays."""
+    arithmetic. An explicit 'fp32', 'tf32' or 'bf16' stays."""
     if name != 'auto':
         return name
     if training and measure and torch.device(device).type == 'cpu':
         return 'auto'
     # Not bf16 on a GPU: the handout's pretraining diverged under bf16 autocast on an H100 where
-    # fp32 learned, and was barely faster at this model's size (results/h100-80gb-hbm3/README.md).
+    # fp32 learned (the attention kernel's doing: see autocast), and eager steps were no faster.
     return 'fp32'
 
 
-def autocast(device, precision):
-    """bf16 autocast on `device` for precision 'bf16', a no-op context otherwise."""
-    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=precision == 'bf16')
+class autocast:
+    """The arithmetic of a step (a reusable context): bf16 autocast for precision 'bf16', and on a
+    GPU two choices torch leaves global, set for the step and put back after it: 'tf32' lets the
+    fp32 matrix products use the tensor cores (TF32, 10 bits of mantissa), and under 'bf16'
+    attention takes the flash kernel (the written-out math where flash cannot serve), since
+    cuDNN's kernel, torch's default choice for bf16 on an H100, and the memory-efficient one
+    stopped learning there with the handout's attention dropout while flash and the math
+    followed fp32 (results/h100-80gb-hbm3/README.md, the fourth and fifth loans)."""
+
+    def __init__(self, device, precision):
+        self.gpu = torch.device(device).type == 'cuda'
+        self.precision = precision
+        self.cast = torch.autocast(torch.device(device).type, dtype=torch.bfloat16,
+                                   enabled=precision == 'bf16')
+        self.saved = []
+
+    def __enter__(self):
+        self.cast.__enter__()
+        if self.gpu and self.precision == 'tf32':
+            self.saved.append(torch.backends.cuda.matmul.allow_tf32)
+            torch.backends.cuda.matmul.allow_tf32 = True
+        if self.gpu and self.precision == 'bf16':
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+            self.kernels = sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.MATH])
+            self.kernels.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.gpu and self.precision == 'bf16':
+            self.kernels.__exit__(*exc)
+        if self.saved:
+            torch.backends.cuda.matmul.allow_tf32 = self.saved.pop()
+        return self.cast.__exit__(*exc)
 
 
 def random_states(device):

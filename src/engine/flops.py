@@ -5,17 +5,17 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import torch
 
-# Dense peak TFLOP/s (fp32 without tensor cores, bf16 tensor cores) from NVIDIA's data sheets,
-# matched against torch.cuda.get_device_name().
-PEAK_TFLOPS = (('H100 PCIe', {'fp32': 51.2, 'bf16': 756.0}),
-               ('H100 NVL', {'fp32': 60.0, 'bf16': 835.0}),
-               ('H100', {'fp32': 66.9, 'bf16': 989.4}),  # SXM (80GB HBM3)
-               ('H200', {'fp32': 66.9, 'bf16': 989.4}),
-               ('A100', {'fp32': 19.5, 'bf16': 312.0}))
+# Dense peak TFLOP/s (fp32 without tensor cores; tf32 and bf16 on tensor cores, without the
+# data sheets' 2:4 sparsity) from NVIDIA's data sheets, matched against torch.cuda.get_device_name().
+PEAK_TFLOPS = (('H100 PCIe', {'fp32': 51.2, 'tf32': 378.0, 'bf16': 756.0}),
+               ('H100 NVL', {'fp32': 60.0, 'tf32': 417.5, 'bf16': 835.0}),
+               ('H100', {'fp32': 66.9, 'tf32': 494.7, 'bf16': 989.4}),  # SXM (80GB HBM3)
+               ('H200', {'fp32': 66.9, 'tf32': 494.7, 'bf16': 989.4}),
+               ('A100', {'fp32': 19.5, 'tf32': 156.0, 'bf16': 312.0}))
 
 
 def peaks_of(device_name):
-    """{'fp32': ..., 'bf16': ...} for a GPU's name, or {} when it is not known."""
+    """{'fp32': ..., 'tf32': ..., 'bf16': ...} for a GPU's name, or {} when it is not known."""
     return next((peaks for key, peaks in PEAK_TFLOPS if key in device_name), {})
 
 

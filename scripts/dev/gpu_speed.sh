@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The next loan's calls for #53 (docs/gpu.md): the faster arithmetics under CUDA graphs.
+#   bash scripts/dev/gpu_speed.sh 1 SHA   # CUDA tests of the precisions and the compiled step;
+#                                         # benchmark.py's step times in fp32, tf32, bf16 (~4 min)
+#   bash scripts/dev/gpu_speed.sh 2 SHA   # run_all's vanilla, whole, in tf32 then bf16, both
+#                                         # under --compile reduce-overhead (<= 9.5 min)
+# SHA: the commit of the tree sent (the lent machine's copy carries a stale .git). Writes
+# $OUT/callN.txt (what it printed) and $OUT/callN.tgz (logs, reports, predictions; no params),
+# also when a timeout stops a step. Work in runs/gpu_speed/.
+set -u
+cd "$(dirname "$0")/../.."  # the repository root: the paths below are its
+call=${1:?call 1 or 2}; export A5_COMMIT=${2:?the commit of the tree} PYTHONUNBUFFERED=1
+py=${PYTHON:-python3}  # the lent machines' python3 holds CUDA torch
+"$py" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 2)' 2>/dev/null ||
+  { echo "error: $py's torch sees no GPU (gpu_speed.sh is for a lent GPU machine)" >&2; exit 2; }
+out=${OUT:-results/gpu_speed}; work=runs/gpu_speed; mkdir -p "$out" "$work"
+summary=$out/call$call.txt
+say() { echo "== $(date +%T) $*" | tee -a "$summary"; }
+pack() { tar czf "$out/call$call.tgz" --exclude='*.params' --exclude='*.ckpt' "$work" 2>/dev/null; }
+trap pack EXIT
+if [ "$call" = 1 ]; then
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$summary"
+  say "CUDA tests: the precisions' switches, the compiled step"
+  timeout 150 "$py" -m pytest -q -p no:cacheprovider tests/test_devices.py tests/test_fast_paths.py \
+    -k "devices or (compile and cuda)" > "$work/tests.log" 2>&1; echo "rc $?" >> "$work/tests.log"
+  tail -3 "$work/tests.log" | tee -a "$summary"
+  for p in fp32 tf32 bf16; do
+    say "benchmark $p"
+    timeout 80 "$py" scripts/dev/benchmark.py --device cuda --compile reduce-overhead --precision $p \
+      --variants vanilla --steps 20 --out "$work/bench_$p.md" > "$work/bench_$p.log" 2>&1
+    echo "rc $?" >> "$work/bench_$p.log"; grep -a "^| pretrain" "$work/bench_$p.md" | tee -a "$summary"
+  done
+elif [ "$call" = 2 ]; then
+  for p in tf32 bf16; do
+    say "run_all vanilla $p reduce-overhead"
+    timeout 270 "$py" scripts/run_all.py --preset handout --models vanilla --out "$work/$p" -- \
+      --device cuda --precision $p --compile reduce-overhead > "$work/$p.stdout.log" 2>&1
+    echo "rc $?" >> "$work/$p.stdout.log"; grep -a "^| vanilla" "$work/$p/report.md" | tee -a "$summary"
+  done
+fi
+say end

@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from engine import cpu_load, distributed, extras, plan as planning
+from engine import cpu_load, distributed, extras, graphs, plan as planning
 from engine.batches import (Batches, batch_indices, collate, steps_per_epoch, to_device,
                             trim_padding, workers_for)
 from engine.budget import Schedule, cosine_progress
@@ -154,10 +154,10 @@ class Trainer:
         self.generator = torch.Generator().manual_seed(torch.initial_seed())
         self.schedule = Schedule(config)
         self.precision = self.plan.precision
-        self.epochs_trained = 0
         self.batches = Batches(self.train_dataset, workers_for(config, self.device))
         self.steps_per_epoch = steps_per_epoch(len(self.train_dataset), config.batch_size)
-        self.start_epoch = self.start_it = 0
+        self.epochs_trained = self.start_epoch = self.start_it = 0
+        one_step = graphs.steps(config, train_step)  # train_step, or its CUDA-graph replays
         self.progress = Progress(config.log_every, config.writer if self.rank == 0 else None,
                                  disable=self.rank != 0)
         try:
@@ -174,7 +174,7 @@ class Trainer:
                 skip = self.start_it if epoch == self.start_epoch else 0
                 for it, (x, y) in enumerate(self.batches.epoch(batches[skip:]), start=skip):
                     self.tokens += y.numel()  # the handout's (y >= 0).sum(): padding too
-                    loss = train_step(model, optimizer, autocast, x, y, config, self.device)
+                    loss = one_step(model, optimizer, autocast, x, y, config, self.device)
 
                     # decay the learning rate based on our progress (after the step, as the handout)
                     if config.lr_decay:

@@ -299,6 +299,9 @@ BAD_INPUT = {
                                   'vanilla.params', '--eval_corpus_path', 'dev.tsv'] + EV
                                  + ['--precision', 'tf32', '--device', 'cpu'],
                                  ['--precision tf32', 'GPU']),
+    'graphs-on-a-cpu': (['pretrain', 'vanilla', 'corpus.txt'] + PT + ['--compile', 'graphs',
+                                                                       '--device', 'cpu'],
+                        ['--compile graphs', 'needs a GPU']),
     'edition-without-the-variant': (['pretrain', 'synthesizer', 'corpus.txt', '--edition', '2024-25']
                                     + PT, ['--edition 2024-25', 'vanilla, rope', 'synthesizer']),
 }

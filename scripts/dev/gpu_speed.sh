@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The next loan's calls for #53 (docs/gpu.md): the faster arithmetics under CUDA graphs.
-#   bash scripts/dev/gpu_speed.sh 1 SHA   # CUDA tests of the precisions and the compiled step;
-#                                         # benchmark.py's step times in fp32, tf32, bf16 (~4 min)
-#   bash scripts/dev/gpu_speed.sh 2 SHA   # run_all's vanilla, whole, in tf32 then bf16, both
-#                                         # under --compile reduce-overhead (<= 9.5 min)
+#   bash scripts/dev/gpu_speed.sh 1 SHA   # CUDA tests of the precisions and the recorded steps;
+#                                         # benchmark.py's step times in fp32, tf32, bf16 under
+#                                         # --compile reduce-overhead (~4 min)
+#   bash scripts/dev/gpu_speed.sh 2 SHA   # run_all's vanilla, whole, under --compile graphs (the
+#                                         # step recorded, nothing compiled) in tf32, bf16, then
+#                                         # fp32 (<= 9.5 min)
 # SHA: the commit of the tree sent (the lent machine's copy carries a stale .git). Writes
 # $OUT/callN.txt (what it printed) and $OUT/callN.tgz (logs, reports, predictions; no params),
 # also when a timeout stops a step. Work in runs/gpu_speed/.
@@ -20,9 +22,10 @@ pack() { tar czf "$out/call$call.tgz" --exclude='*.params' --exclude='*.ckpt' "$
 trap pack EXIT
 if [ "$call" = 1 ]; then
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$summary"
-  say "CUDA tests: the precisions' switches, the compiled step"
+  say "CUDA tests: the precisions' switches, the compiled and the recorded steps"
   timeout 150 "$py" -m pytest -q -p no:cacheprovider tests/test_devices.py tests/test_fast_paths.py \
-    -k "devices or (compile and cuda)" > "$work/tests.log" 2>&1; echo "rc $?" >> "$work/tests.log"
+    tests/test_graphs.py -k "devices or graphs or (compile and cuda)" > "$work/tests.log" 2>&1
+  echo "rc $?" >> "$work/tests.log"
   tail -3 "$work/tests.log" | tee -a "$summary"
   for p in fp32 tf32 bf16; do
     say "benchmark $p"
@@ -31,10 +34,11 @@ if [ "$call" = 1 ]; then
     echo "rc $?" >> "$work/bench_$p.log"; grep -a "^| pretrain" "$work/bench_$p.md" | tee -a "$summary"
   done
 elif [ "$call" = 2 ]; then
-  for p in tf32 bf16; do
-    say "run_all vanilla $p reduce-overhead"
-    timeout 270 "$py" scripts/run_all.py --preset handout --models vanilla --out "$work/$p" -- \
-      --device cuda --precision $p --compile reduce-overhead > "$work/$p.stdout.log" 2>&1
+  for p in tf32:150 bf16:150 fp32:250; do
+    s=${p#*:}; p=${p%:*}
+    say "run_all vanilla $p --compile graphs (at most $s s)"
+    timeout $s "$py" scripts/run_all.py --preset handout --models vanilla --out "$work/$p" -- \
+      --device cuda --precision $p --compile graphs > "$work/$p.stdout.log" 2>&1
     echo "rc $?" >> "$work/$p.stdout.log"; grep -a "^| vanilla" "$work/$p/report.md" | tee -a "$summary"
   done
 fi

@@ -28,9 +28,11 @@ def trim_padding(x, y, multiple=1):
 
 def to_device(x, y, device, multiple=1):
     """A training batch trimmed (trim_padding) and on `device`: pinned after the trim (which
-    copies) on a GPU, so that the copies overlap its work instead of waiting for it."""
-    x, y = trim_padding(x, y, multiple)
-    if device.type == 'cuda':
+    copies) on a GPU, so that the copies overlap its work instead of waiting for it. multiple 0:
+    as it is (a recorded step's own input tensors, engine/graphs.py)."""
+    if multiple:
+        x, y = trim_padding(x, y, multiple)
+    if device.type == 'cuda' and not x.is_cuda:
         x, y = x.pin_memory(), y.pin_memory()
     return x.to(device, non_blocking=True), y.to(device, non_blocking=True)
 

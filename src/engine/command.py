@@ -66,10 +66,12 @@ def add_engine_flags(argp):
                             'bf16: autocast, on a GPU with the flash attention kernel (the '
                             'others stalled there)')
     extra.add_argument('--compile', nargs='?', const='default', default=False,
-                       choices=('default', 'reduce-overhead'),
+                       choices=('default', 'reduce-overhead', 'graphs'),
                        help='torch.compile the model (GPU or CPU; the first steps compile); '
                             'reduce-overhead: on a GPU its steps also replay CUDA graphs (one '
-                            'recorded per batch shape)')
+                            'recorded per batch shape); graphs (a GPU\'s): nothing compiled, the '
+                            'whole training step (forward, backward, AdamW) recorded as a CUDA '
+                            'graph per batch shape and replayed')
     extra.add_argument('--plain', '--plain_attention', action='store_true', dest='plain',
                        help='compute as the handout does (same results, slower): written-out '
                             'attention instead of scaled_dot_product_attention, every padded '
@@ -101,6 +103,10 @@ def check_args(args):
     if args.precision == 'tf32' and devices.pick_device(args.device) == 'cpu':
         raise UsageError('--precision tf32 is a GPU\'s arithmetic (fp32 matrix products on NVIDIA '
                          'tensor cores); on a CPU use fp32 or bf16')
+    if args.compile == 'graphs' and (devices.pick_device(args.device) == 'cpu'
+                                     or int(os.environ.get('WORLD_SIZE', '1')) > 1):
+        raise UsageError('--compile graphs records CUDA graphs: it needs a GPU and one process '
+                         '(not torchrun)')
     if args.num_workers is not None and args.num_workers < 0:
         raise UsageError(f'--num_workers must be 0 or more, not {args.num_workers}')
     if args.checkpoint_every < 0:

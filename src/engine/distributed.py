@@ -106,14 +106,15 @@ class GraphedSteps(torch.nn.Module):
 
 def wrapped(model, device, compile=False):
     """The model a training step calls: DDP-wrapped under torchrun, compiled when asked
-    (compile: True or 'default', or 'reduce-overhead': CUDA graphs on a GPU as well)."""
+    (compile: True or 'default', or 'reduce-overhead': CUDA graphs on a GPU as well; 'graphs'
+    compiles nothing)."""
     if active():
         # broadcast_buffers=False: the buffers (causal masks, RoPE tables) never change, so
         # re-sending them before every forward pass is wasted traffic
         model = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == 'cuda' else None,
             broadcast_buffers=False)
-    if compile:
+    if compile and compile != 'graphs':  # (graphs: engine/graphs.py records the whole step)
         # On a CPU, model.packed_loss packs each batch to its own number of positions: a graph
         # for any size, or it would recompile for every new size.
         graphs = compile == 'reduce-overhead'

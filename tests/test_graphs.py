@@ -79,7 +79,17 @@ def test_a_batch_is_trimmed_to_its_width_and_padded_to_the_batch_size(monkeypatc
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='CUDA graphs are a GPU\'s')
-def test_cuda_graph_steps_match_the_plain_loop(data):  # noqa: F811
-    """The real recording, on a GPU: the plain loop's losses and weights (fp32, dropout 0)."""
+def test_cuda_graph_steps_match_the_plain_loop(data, monkeypatch):  # noqa: F811
+    """The real recording, on a GPU: the plain loop's losses and weights (fp32, dropout 0). One
+    width for every batch, so that after the eager step and the recording most steps replay."""
+    recorded = []
+
+    class Counted(graphs.CudaGraphs):
+        def record(self, step, optimizer):
+            recorded.append(step)
+            return super().record(step, optimizer)
+    monkeypatch.setattr(graphs, 'CudaGraphs', Counted)
+    monkeypatch.setattr(graphs, 'WIDTH', 128)
     assert_same_run(*fast_and_plain(data, 'vanilla', compile='graphs', device='cuda', n_layer=1),
                     tolerance=1e-4)
+    assert len(recorded) == 1  # the first step eager, the other five replays of one recording

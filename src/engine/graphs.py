@@ -1,9 +1,9 @@
 """Engine (free to change): the whole training step replayed from CUDA graphs (--compile graphs).
 
-On an H100 the handout's eager step spends about as long launching its few hundred kernels as
-the GPU spends running them, and torch.compile's CUDA graphs (--compile reduce-overhead) took
-46 s to compile before the first step (results/h100-80gb-hbm3/README.md, the fifth loan). Here
-the step itself is recorded, with no compiler: forward, backward, gradient clipping and AdamW,
+A step of the handout's model launches a few hundred small kernels. torch.compile's CUDA graphs
+(--compile reduce-overhead) replay them, but on an H100 they took 46 s to compile before the
+first step, for 12.4 ms a step against the eager 13-14 ms (results/h100-80gb-hbm3/README.md,
+the fifth loan). Here the step itself is recorded, with no compiler: forward, backward, gradient clipping and AdamW,
 once per batch shape, then replayed. What a recording fixes is made to hold:
 
 - shapes: each batch is trimmed to a multiple of WIDTH columns and padded to the batch size with
@@ -75,14 +75,13 @@ class CapturedSteps:
     """Called as trainer.train_step is (and returning the same: the batch's mean loss, a device
     tensor of its own); `step` is train_step itself."""
 
-    def __init__(self, step, graphs=None):
-        self.step, self.graphs = step, graphs
+    def __init__(self, step):
+        self.step, self.graphs = step, CudaGraphs()
         self.recorded = {}  # shape -> (replay, input x, input y, loss)
         self.seen = set()  # shapes that took their eager step
         self.lrs = None  # one device tensor per AdamW group, read by every recording
 
     def __call__(self, model, optimizer, autocast, x, y, config, device):
-        self.graphs = self.graphs or CudaGraphs()
         x, y = self.shaped(x, y, config.batch_size)
         shape = tuple(x.shape)
         if shape not in self.recorded:

@@ -12,7 +12,7 @@ import trainer
 import utils
 from conftest import LossLog
 from engine import graphs
-from test_fast_paths import assert_same_run, data, fast_and_plain, tiny  # noqa: F401 (fixture)
+from test_fast_paths import VARIANTS, assert_same_run, data, fast_and_plain, tiny  # noqa: F401
 
 
 class Replays:
@@ -35,12 +35,12 @@ class Replays:
         return replay, loss
 
 
-def train(pre, compile, steps=9):
+def train(pre, compile, variant='vanilla', steps=9):
     """A one-layer model (every position computed, as on a GPU; dropout 0) trained by the
     Trainer on 15 examples in batches of 6, 6 and 3, three epochs, the handout's schedule
     (warmup, then the cosine: a new learning rate every step), losses read back every 4 steps."""
     utils.set_seed(5)
-    gpt = tiny(pre.vocab_size, {}, skip_padding=False, dropout=0.0, n_layer=1)
+    gpt = tiny(pre.vocab_size, VARIANTS[variant], skip_padding=False, dropout=0.0, n_layer=1)
     log = LossLog()
     conf = trainer.TrainerConfig(max_epochs=3, batch_size=6, learning_rate=3e-3, lr_decay=True,
                                  warmup_tokens=6 * 128 * 2, final_tokens=6 * 128 * 12,
@@ -50,16 +50,18 @@ def train(pre, compile, steps=9):
     return log.values, gpt
 
 
-def test_replayed_steps_train_as_the_eager_steps_do(data, monkeypatch):  # noqa: F811
+@pytest.mark.parametrize('variant', VARIANTS)
+def test_replayed_steps_train_as_the_eager_steps_do(data, monkeypatch, variant):  # noqa: F811
     """Shapes padded (PAD rows, columns to a multiple of WIDTH), each shape's first batch an
     eager step and its second recorded, every later one a replay after its batch and the loop's
-    learning rate are copied in: the losses and weights of the eager run, within rounding."""
+    learning rate are copied in: the losses and weights of the eager run, within rounding, for
+    each variant (the perceiver's bottleneck follows the width: the padding must not matter)."""
     pre, _ = data
     replays = Replays()
     monkeypatch.setattr(graphs, 'CudaGraphs', lambda: replays)
     monkeypatch.setattr(graphs, 'WIDTH', 16)  # a few column widths among these batches
-    got, graphed = train(pre, 'graphs')
-    want, eager = train(pre, False)
+    got, graphed = train(pre, 'graphs', variant)
+    want, eager = train(pre, False, variant)
     assert want[-1] < want[0]
     shapes = replays.log.count('eager')
     assert replays.log.count('record') >= 1 and replays.log.count('replay') >= 3

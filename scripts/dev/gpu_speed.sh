@@ -6,12 +6,17 @@
 #   bash scripts/dev/gpu_speed.sh 2 SHA   # run_all's vanilla, whole, under --compile graphs (the
 #                                         # step recorded, nothing compiled) in tf32, bf16, then
 #                                         # fp32 (<= 9.5 min)
+#   bash scripts/dev/gpu_speed.sh 3 SHA [RUN.PY FLAGS]   # the whole assignment (London, no
+#                                         # pretraining, vanilla, synthesizer, perceiver, rope)
+#                                         # in one run_all under --compile graphs and the flags
+#                                         # given, e.g. --precision bf16 (<= 9.5 min)
 # SHA: the commit of the tree sent (the lent machine's copy carries a stale .git). Writes
 # $OUT/callN.txt (what it printed) and $OUT/callN.tgz (logs, reports, predictions; no params),
 # also when a timeout stops a step. Work in runs/gpu_speed/.
 set -u
 cd "$(dirname "$0")/../.."  # the repository root: the paths below are its
-call=${1:?call 1 or 2}; export A5_COMMIT=${2:?the commit of the tree} PYTHONUNBUFFERED=1
+call=${1:?call 1, 2 or 3}; export A5_COMMIT=${2:?the commit of the tree} PYTHONUNBUFFERED=1
+case $call in 1|2|3) ;; *) echo "error: the call is 1, 2 or 3, not '$call'" >&2; exit 2 ;; esac
 py=${PYTHON:-python3}  # the lent machines' python3 holds CUDA torch
 "$py" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 2)' 2>/dev/null ||
   { echo "error: $py's torch sees no GPU (gpu_speed.sh is for a lent GPU machine)" >&2; exit 2; }
@@ -41,5 +46,11 @@ elif [ "$call" = 2 ]; then
       --device cuda --precision $p --compile graphs > "$work/$p.stdout.log" 2>&1
     echo "rc $?" >> "$work/$p.stdout.log"; grep -a "^| vanilla" "$work/$p/report.md" | tee -a "$summary"
   done
+elif [ "$call" = 3 ]; then
+  shift 2
+  say "run_all, the whole assignment, --compile graphs $*"
+  timeout 570 "$py" scripts/run_all.py --preset handout --out "$work/all" -- --device cuda \
+    --compile graphs "$@" > "$work/all.stdout.log" 2>&1
+  echo "rc $?" >> "$work/all.stdout.log"; grep -a "^| " "$work/all/report.md" | tee -a "$summary"
 fi
 say end

@@ -100,11 +100,12 @@ def check_args(args):
     if args.bottleneck_dim <= 0 or args.bottleneck_dim > presets.BLOCK_SIZE:
         raise UsageError(f'--bottleneck_dim must be from 1 to the block size {presets.BLOCK_SIZE}, '
                          f'not {args.bottleneck_dim}')
-    if args.precision == 'tf32' and devices.pick_device(args.device) == 'cpu':
+    on_cpu = (args.precision == 'tf32' or args.compile == 'graphs') \
+        and devices.pick_device(args.device) == 'cpu'  # (a GPU's options only)
+    if args.precision == 'tf32' and on_cpu:
         raise UsageError('--precision tf32 is a GPU\'s arithmetic (fp32 matrix products on NVIDIA '
                          'tensor cores); on a CPU use fp32 or bf16')
-    if args.compile == 'graphs' and (devices.pick_device(args.device) == 'cpu'
-                                     or int(os.environ.get('WORLD_SIZE', '1')) > 1):
+    if args.compile == 'graphs' and (on_cpu or int(os.environ.get('WORLD_SIZE', '1')) > 1):
         raise UsageError('--compile graphs records CUDA graphs: it needs a GPU and one process '
                          '(not torchrun)')
     if args.num_workers is not None and args.num_workers < 0:

@@ -58,12 +58,11 @@ class autocast:
         self.precision = precision
         self.cast = torch.autocast(torch.device(device).type, dtype=torch.bfloat16,
                                    enabled=precision == 'bf16')
-        self.saved = []
 
     def __enter__(self):
         self.cast.__enter__()
         if self.gpu and self.precision == 'tf32':
-            self.saved.append(torch.backends.cuda.matmul.allow_tf32)
+            self.tf32_before = torch.backends.cuda.matmul.allow_tf32
             torch.backends.cuda.matmul.allow_tf32 = True
         if self.gpu and self.precision == 'bf16':
             from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -74,8 +73,8 @@ class autocast:
     def __exit__(self, *exc):
         if self.gpu and self.precision == 'bf16':
             self.kernels.__exit__(*exc)
-        if self.saved:
-            torch.backends.cuda.matmul.allow_tf32 = self.saved.pop()
+        if self.gpu and self.precision == 'tf32':
+            torch.backends.cuda.matmul.allow_tf32 = self.tf32_before
         return self.cast.__exit__(*exc)
 
 

@@ -1,6 +1,7 @@
 """scripts/dev/benchmark.py's model-FLOP count, against the model's FLOPs written out."""
 import itertools
 import os
+import subprocess
 import sys
 
 import pytest
@@ -139,3 +140,27 @@ def test_the_plain_loop_takes_more_steps_than_an_epoch_holds():
     assert sizes == [2, 1, 2, 1, 2]
     gpt = benchmark.model.GPT(benchmark.model.GPTConfig(20, 8, n_layer=1, n_head=2, n_embd=16))
     assert benchmark.plain_steps(gpt, data, 2, 4, 'cpu') > 0
+
+
+def test_the_step_clock_starts_after_the_steps_it_skips(monkeypatch):
+    """--compile graphs: the clock starts at the end of step 3 (the first shape's eager step and
+    its recording before it), not at the end of step 1."""
+    ticks = iter(range(100))
+    monkeypatch.setattr(benchmark.time, 'perf_counter', lambda: next(ticks))
+    clock = benchmark.StepClock('cpu', steps=6, first=2)
+    for it in range(7):
+        clock.on_step_end(None, 0, it)
+    assert clock.marks == [0, 1]  # read at it 2 and it 6 only
+    plain = benchmark.StepClock('cpu', steps=6)
+    for it in range(7):
+        plain.on_step_end(None, 0, it)
+    assert plain.marks == [2, 3]
+
+
+@pytest.mark.parametrize('flags,message', [
+    (['--compile', 'graphs'], 'a GPU'),
+    (['--compile', 'graphs', '--device', 'cuda', '--steps', '3'], '--steps 4 or more')])
+def test_graphs_are_refused_where_they_cannot_be_timed(flags, message):
+    proc = subprocess.run([sys.executable, os.path.join(REPO, 'scripts', 'dev', 'benchmark.py')]
+                          + flags, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and message in proc.stderr

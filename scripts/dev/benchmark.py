@@ -129,22 +129,26 @@ def fast_steps(gpt, data, batch, steps, device, compile_model, path=None, precis
         trainer.Trainer(gpt, Subset(data, range(n)), None, trainer.TrainerConfig(**conf)).train()
     timed = trainer.Trainer(gpt, Subset(data, range(n)), None, trainer.TrainerConfig(**conf))
     steps = math.ceil(n / batch) - 1
-    clock = StepClock(device, steps)
+    # --compile graphs records each batch shape anew in every Trainer (its first batch eager,
+    # its second recorded): the clock starts after the first shape's recording
+    first = 2 if compile_model == 'graphs' else 0
+    clock = StepClock(device, steps, first)
     timed.callbacks.append(clock)
     timed.train()
     kernel = next((m.cpu_kernel for m in gpt.modules() if hasattr(m, 'cpu_kernel')), None)
-    return (clock.marks[-1] - clock.marks[0]) / steps, precision, kernel if device == 'cpu' else None
+    per_step = (clock.marks[-1] - clock.marks[0]) / (steps - first)
+    return per_step, precision, kernel if device == 'cpu' else None
 
 
 class StepClock:
-    """A trainer extra: the time at the end of the first step and of step `steps` + 1 (the
+    """A trainer extra: the time at the end of step `first` + 1 and of step `steps` + 1 (the
     device waited for at both, nowhere between)."""
 
-    def __init__(self, device, steps):
-        self.device, self.last, self.marks = device, steps, []
+    def __init__(self, device, steps, first=0):
+        self.device, self.first, self.last, self.marks = device, first, steps, []
 
     def on_step_end(self, trainer, epoch, it):
-        if it in (0, self.last):
+        if it in (self.first, self.last):
             sync(self.device)
             self.marks.append(time.perf_counter())
 
@@ -252,9 +256,10 @@ def main():
     ap.add_argument('--preset', choices=sorted(presets.PRESETS), default='handout',
                     help='the model and training batch sizes measured (default: the handout\'s)')
     ap.add_argument('--compile', nargs='?', const='default', default=False,
-                    choices=('default', 'reduce-overhead'),
+                    choices=('default', 'reduce-overhead', 'graphs'),
                     help='also measure the fast path under torch.compile (another column); '
-                         'reduce-overhead: with CUDA graphs on a GPU (run.py --compile\'s modes)')
+                         'reduce-overhead: with CUDA graphs on a GPU; graphs (a GPU\'s): the '
+                         'whole step recorded, nothing compiled (run.py --compile\'s modes)')
     ap.add_argument('--precision', choices=('auto', 'fp32', 'tf32', 'bf16'), default='auto',
                     help='the fast and compiled columns\' arithmetic (run.py --precision; the '
                          'plain column is the handout\'s fp32)')
@@ -267,6 +272,10 @@ def main():
     args = ap.parse_args()
     if args.precision == 'tf32' and args.device == 'cpu':
         ap.error('--precision tf32 is a GPU\'s (fp32 matrix products on tensor cores)')
+    if args.compile == 'graphs' and args.device == 'cpu':
+        ap.error('--compile graphs records CUDA graphs: a GPU\'s (--device cuda)')
+    if args.compile == 'graphs' and args.steps < 4:
+        ap.error('--compile graphs times the steps after the first recording: --steps 4 or more')
     if args.out is None:
         preset = '' if args.preset == 'handout' else f'-{args.preset}'
         args.out = os.path.join(REPO, 'results', f'benchmarks-{machine_kind(args.device)}{preset}.md')
@@ -341,8 +350,9 @@ def main():
 def write_report(args, rows, against, peaks, shares, batches, final=False):
     """The report as it stands, written to args.out whole (replacing the last): after every
     row, so a run stopped by a time limit still leaves the rows it measured."""
-    compiled = ([f'fast + torch.compile{"" if args.compile == "default" else " " + args.compile}']
-                if args.compile else [])
+    name = {'default': 'torch.compile', 'reduce-overhead': 'torch.compile reduce-overhead',
+            'graphs': 'the step recorded (--compile graphs)'}.get(args.compile)
+    compiled = [f'fast + {name}'] if args.compile else []
     columns = (['measurement', 'plain (handout)', 'fast (this code)', 'ratio', 'work ratio'] + compiled
                + ['MFU plain', 'MFU fast'] + [f'MFU {c}' for c in compiled])
     cmd = 'python scripts/dev/benchmark.py ' + ' '.join(sys.argv[1:])

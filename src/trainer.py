@@ -36,8 +36,7 @@ class TrainerConfig:
     weight_decay = 0.1  # only applied on matmul weights
     # (whatever the comment above says, the starter decays by name: optimizer_groups; the CPU
     # presets keep minGPT's 'matmul' rule and a shuffle, with which they were tuned)
-    decay_rule = 'names'
-    shuffle = False
+    decay_rule, shuffle = 'names', False
     # learning rate decay params: linear warmup followed by cosine decay to 10% of original
     lr_decay = False
     warmup_tokens = 375e6  # these default values are for GPT-1, but for our purposes they are overwritten by run.py
@@ -154,7 +153,8 @@ class Trainer:
         self.generator = torch.Generator().manual_seed(torch.initial_seed())
         self.schedule = Schedule(config)
         self.precision = self.plan.precision
-        self.batches = Batches(self.train_dataset, workers_for(config, self.device))
+        self.batches = Batches(self.train_dataset, workers_for(config, self.device),
+                               config.batch_size, config.shuffle)
         self.steps_per_epoch = steps_per_epoch(len(self.train_dataset), config.batch_size)
         self.epochs_trained = self.start_epoch = self.start_it = 0
         one_step = graphs.steps(config, train_step)  # train_step, or its CUDA-graph replays
@@ -169,10 +169,9 @@ class Trainer:
             epoch = self.start_epoch
             while epoch < self.schedule.max_epochs:  # (a time budget may re-plan it as it goes)
                 self.epoch_start_state = self.generator.get_state()
-                batches = batch_indices(len(self.train_dataset), config.batch_size, self.generator,
-                                        config.shuffle)
+                batches = self.batches.draw(self.generator)  # (dataset indices, seed) each
                 skip = self.start_it if epoch == self.start_epoch else 0
-                for it, (x, y) in enumerate(self.batches.epoch(batches[skip:]), start=skip):
+                for it, (x, y) in enumerate(self.batches.epoch(batches[skip:], self.generator), start=skip):
                     self.tokens += y.numel()  # the handout's (y >= 0).sum(): padding too
                     loss = one_step(model, optimizer, autocast, x, y, config, self.device)
 
@@ -198,6 +197,7 @@ class Trainer:
                 epoch += 1
         finally:
             self.progress.close(self.tokens)
+            self.batches.close()  # the workers stop (what they built ahead is dropped)
             self.call('on_train_end')
             self.wrapped = self.plan.wrapped = None  # (a DDP wrapper holds the process group)
 

@@ -3,6 +3,10 @@
 process builds itself (each batch carries the seed of its examples' random draws), so the run is
 the same, loss for loss and parameter for parameter; and a run resumed from a checkpoint, with or
 without workers, continues exactly as the uninterrupted run."""
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -13,6 +17,8 @@ import trainer
 import utils
 from conftest import LossLog
 
+TESTS = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.join(os.path.dirname(TESTS), 'src')
 CORPUS = '\n'.join(f'Person {i} was born in Town {i % 7}, wrote {i} books and died in City {i % 5}.'
                    for i in range(40))
 
@@ -66,6 +72,94 @@ def test_resume_continues_the_run_with_or_without_workers(tmp_path, first, then)
     _, resumed_losses, got = run(then, max_epochs=3, resume_path=str(ckpt), resume=True)
     assert resumed_losses == losses[-5:]  # the third epoch's 5 steps, the same losses
     assert all(torch.equal(got[k], want[k]) for k in want)
+
+
+# ---- the next epoch built ahead ---------------------------------------------------------------------
+
+def epochs_through(b, generator, epochs, skip=0):
+    """The (drawn batches, (x, y) the Batches gave) of `epochs` epochs, as the trainer asks."""
+    out = []
+    for e in range(epochs):
+        drawn = b.draw(generator)[skip if e == 0 else 0:]
+        out.append((drawn, list(b.epoch(drawn, generator))))
+    return out
+
+
+def built_here(data, drawn):
+    return [batches.collate(data, *batch) for batch in drawn]
+
+
+def same(got, want):
+    return len(got) == len(want) and all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+                                         for a, b in zip(got, want))
+
+
+@pytest.mark.parametrize('shuffle', [False, True])
+def test_workers_build_the_next_epochs_ahead_without_a_restart(shuffle):
+    """Epochs of 3 batches, 8 in the workers' hands: the stream runs epochs ahead of the loop,
+    one stream for the whole run, and every epoch is the batches the trainer drew, built as in
+    process (shuffled epochs too: the CPU presets')."""
+    data = dataset.CharCorruptionDataset(CORPUS, 64)
+    b = batches.Batches(data, workers=2, batch_size=16, shuffle=shuffle)
+    generator = torch.Generator().manual_seed(5)
+    try:
+        first = epochs_through(b, generator, 1)
+        stream = b.sampler.stream
+        assert len(stream.out) + len(stream.ahead) > 0  # later epochs already handed out
+        rest = epochs_through(b, generator, 3)
+        assert b.sampler.stream is stream  # never restarted
+    finally:
+        b.close()
+    epochs = first + rest
+    assert all(same(got, built_here(data, drawn)) for drawn, got in epochs)
+    assert len({tuple(seed for _, seed in drawn) for drawn, _ in epochs}) == 4  # fresh draws
+
+
+def test_an_epoch_other_than_the_one_built_ahead_restarts_the_stream():
+    """A resumed run's first epoch (its batches from a skip), then an epoch from a generator
+    set elsewhere: the batches asked for, never the ones built ahead."""
+    data = dataset.CharCorruptionDataset(CORPUS, 64)
+    b = batches.Batches(data, workers=2, batch_size=8)
+    try:
+        skipped = epochs_through(b, torch.Generator().manual_seed(1), 1, skip=2)
+        stream = b.sampler.stream
+        other = torch.Generator().manual_seed(99)
+        elsewhere = epochs_through(b, other, 1)
+        assert b.sampler.stream is not stream
+    finally:
+        b.close()
+    (drawn, got), = skipped
+    assert len(got) == 3 and same(got, built_here(data, drawn))  # 5 batches, 2 skipped
+    (drawn, got), = elsewhere
+    assert same(got, built_here(data, drawn))
+
+
+def test_closing_stops_the_workers_with_batches_built_ahead():
+    data = dataset.CharCorruptionDataset(CORPUS, 64)
+    b = batches.Batches(data, workers=2, batch_size=8)
+    epochs_through(b, torch.Generator().manual_seed(1), 1)
+    workers = list(b.iterator._workers)
+    assert all(w.is_alive() for w in workers)
+    b.close()
+    assert not any(w.is_alive() for w in workers)
+
+
+def test_a_run_with_workers_lets_its_process_exit(tmp_path):
+    """The workers ignore SIGTERM (a Ctrl-C is the run's to handle), so workers left building
+    the next epoch would keep the interpreter from exiting where the Trainer lives to the end
+    (the starter's run.py builds it at module level): the trainer closes them."""
+    script = (f'import sys; sys.path[:0] = [{SRC!r}, {TESTS!r}]\n'
+              'import dataset, model, trainer, test_batches\n'
+              'data = dataset.CharCorruptionDataset(test_batches.CORPUS, 64)\n'
+              'gpt = model.GPT(model.GPTConfig(data.vocab_size, 64, n_layer=1, n_head=2, n_embd=16))\n'
+              'run = trainer.Trainer(gpt, data, None, trainer.TrainerConfig(\n'
+              '    max_epochs=1, batch_size=8, cpu_workers=2, num_workers=2))\n'
+              'run.train()\n'
+              'print("trained")\n')
+    proc = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split()[-1] == 'trained'
 
 
 # ---- trim_padding ---------------------------------------------------------------------------------

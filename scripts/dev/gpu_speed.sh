@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The next loan's calls for #53 (docs/gpu.md): the faster arithmetics under CUDA graphs.
 #   bash scripts/dev/gpu_speed.sh 1 SHA   # CUDA tests of the precisions and the recorded steps;
+#                                         # the training loop's own cost (benchmark_loop.py);
 #                                         # benchmark.py's step times in fp32, tf32, bf16 under
-#                                         # --compile reduce-overhead (~4 min)
+#                                         # --compile graphs (~4 min)
 #   bash scripts/dev/gpu_speed.sh 2 SHA   # run_all's vanilla, whole, under --compile graphs (the
 #                                         # step recorded, nothing compiled) in tf32, bf16, then
 #                                         # fp32 (<= 9.5 min)
@@ -32,9 +33,13 @@ if [ "$call" = 1 ]; then
     tests/test_graphs.py -k "devices or graphs or (compile and cuda)" > "$work/tests.log" 2>&1
   echo "rc $?" >> "$work/tests.log"
   tail -3 "$work/tests.log" | tee -a "$summary"
+  say "the loop's own cost beside a 2 ms step (simulated device): workers 4, 8, 12; next epoch afresh or built ahead"
+  timeout 90 "$py" scripts/dev/benchmark_loop.py --workers 4,8,12 --step_ms 2 --epochs 20 \
+    --rounds 2 > "$work/loop.md" 2>"$work/loop.log"
+  echo "rc $?" >> "$work/loop.log"; grep -a "^[#|] " "$work/loop.md" | tee -a "$summary"
   for p in fp32 tf32 bf16; do
     say "benchmark $p"
-    timeout 80 "$py" scripts/dev/benchmark.py --device cuda --compile reduce-overhead --precision $p \
+    timeout 80 "$py" scripts/dev/benchmark.py --device cuda --compile graphs --precision $p \
       --variants vanilla --steps 20 --out "$work/bench_$p.md" > "$work/bench_$p.log" 2>&1
     echo "rc $?" >> "$work/bench_$p.log"; grep -a "^| pretrain" "$work/bench_$p.md" | tee -a "$summary"
   done

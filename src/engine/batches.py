@@ -7,8 +7,12 @@ to the columns that can change the loss.
 Each epoch is the dataset in its order (the handout's DataLoader does not shuffle) or, where a
 preset asks, a fresh shuffle, cut into batches; each batch carries the seed of its examples'
 random draws (CharCorruptionDataset draws its corruptions from Python's `random`). Worker
-processes, when asked for, live for the whole run, not one epoch.
+processes, when asked for, live for the whole run, not one epoch, and build the next epoch's
+batches before it starts.
 """
+import collections
+import functools
+import itertools
 import random
 import signal
 
@@ -74,35 +78,65 @@ def collate(dataset, indices, seed=None):
 
 
 class Batches:
-    """The (x, y) batches of one epoch's batch_indices, built in this process or, with
-    `workers` > 0, by worker processes started once for the run. A worker builds a batch as
-    collate does here, so the batches are the in-process ones, bit for bit. (Not pinned here:
-    the trainer trims each batch, a copy, and pins that.)"""
+    """The (x, y) batches of the epochs, built in this process or, with `workers` > 0, by worker
+    processes started once for the run. A worker builds a batch as collate does here, so the
+    batches are the in-process ones, bit for bit. (Not pinned here: the trainer trims each
+    batch, a copy, and pins that.)
 
-    def __init__(self, dataset, workers=0):
-        self.dataset = dataset
-        self.loader = None
-        self.epoch_batches = []  # the workers' sampler reads the current epoch's batches here
+    With workers, the batches after an epoch's are the next epoch's as the trainer's generator
+    will draw them, handed to the workers as the epoch's last ones are: the workers build them
+    while the epoch ends (its losses read back, its checkpoint), and the next epoch starts
+    without waiting for its first batch, where the loader restarted each epoch would wait
+    (scripts/dev/benchmark_loop.py). An epoch that asks for other batches (a resumed run's)
+    restarts the loader: what was built ahead is dropped, never trained on."""
+
+    across = True  # the next epoch's batches built ahead (benchmark_loop.py: False to compare)
+
+    def __init__(self, dataset, workers=0, batch_size=1, shuffle=False):
+        self.dataset, self.batch_size, self.shuffle = dataset, batch_size, shuffle
+        self.loader = self.iterator = None
+        self.sampler = _StreamSampler()  # what the workers build next: self.sampler.stream
         if workers > 0:
             # a generator of its own: the loader draws its workers' base seed from it, not from
             # torch's global one, whose next numbers are this run's dropout masks
-            self.loader = DataLoader(_BatchDataset(dataset), batch_size=None,
-                                     sampler=_Refillable(self.epoch_batches),
+            self.loader = DataLoader(_BatchDataset(dataset), batch_size=None, sampler=self.sampler,
                                      num_workers=workers,
                                      persistent_workers=True, prefetch_factor=4,
                                      worker_init_fn=_leave_stop_signals_to_the_run,
                                      generator=torch.Generator().manual_seed(0))
 
-    @property
-    def ahead(self):
-        """Whether batches are built ahead of the model (by workers), not when it asks."""
-        return self.loader is not None
+    def draw(self, generator):
+        """An epoch's batches, (dataset indices, seed) each, drawn from `generator`."""
+        return batch_indices(len(self.dataset), self.batch_size, generator, self.shuffle)
 
-    def epoch(self, batches):
+    def epoch(self, batches, generator=None):
+        """The (x, y) of `batches`, in order; `generator` (the one that drew them, as it is
+        after) draws the epochs after, which workers build ahead."""
         if self.loader is None:
             return (collate(self.dataset, *batch) for batch in batches)
-        self.epoch_batches[:] = batches
-        return iter(self.loader)
+        stream = self.sampler.stream
+        if stream is None or not stream.starts_with(batches):
+            following = None
+            if self.across and generator is not None:
+                copy = torch.Generator().set_state(generator.get_state())
+                following = functools.partial(batch_indices, len(self.dataset), self.batch_size,
+                                              copy, self.shuffle)
+            self.sampler.stream = _Stream(batches, following)
+            self.iterator = iter(self.loader)  # (a restart drops what was built ahead)
+        return self._take(len(batches))
+
+    def close(self):
+        """Stop the workers (the run's end): what they built ahead is dropped. (Left building,
+        they would keep the interpreter from exiting: they ignore SIGTERM.)"""
+        if self.iterator is not None:
+            self.iterator._shutdown_workers()
+        self.loader = self.iterator = None
+
+    def _take(self, n):
+        for _ in range(n):
+            batch = next(self.iterator)
+            self.sampler.stream.out.popleft()  # the workers' batches come in the order handed out
+            yield batch
 
 
 def _leave_stop_signals_to_the_run(worker_id):
@@ -124,14 +158,41 @@ class _BatchDataset:
         return collate(self.dataset, *batch)
 
 
-class _Refillable(Sampler):
-    """A sampler over a list of batches the training loop refills each epoch."""
+class _Stream:
+    """The batches handed to the workers, in order: an epoch's, then, where `following` draws
+    them (one epoch a call), those of the epochs after it."""
 
-    def __init__(self, batches):
-        self.batches = batches
+    def __init__(self, batches, following=None):
+        self.ahead = collections.deque(batches)  # drawn, not yet handed to the workers
+        self.out = collections.deque()  # handed to the workers, not yet taken by the loop
+        self.following = following
 
     def __iter__(self):
-        return iter(list(self.batches))
+        while self.ahead or self.draw():
+            batch = self.ahead.popleft()
+            self.out.append(batch)
+            yield batch
 
-    def __len__(self):
-        return len(self.batches)
+    def draw(self):
+        """Draw the next epoch's batches into `ahead`; False where there are none."""
+        if self.following is None:
+            return False
+        self.ahead.extend(self.following())
+        return bool(self.ahead)
+
+    def starts_with(self, batches):
+        """Whether the loop's next batches are `batches` (drawing epochs ahead to see)."""
+        while len(self.out) + len(self.ahead) < len(batches) and self.draw():
+            pass
+        upcoming = itertools.islice(itertools.chain(self.out, self.ahead), len(batches))
+        return len(self.out) + len(self.ahead) >= len(batches) and list(upcoming) == batches
+
+
+class _StreamSampler(Sampler):
+    """The DataLoader's sampler: the current stream's batches (a new stream, a new iteration)."""
+
+    def __init__(self):
+        self.stream = None
+
+    def __iter__(self):
+        return iter(self.stream)

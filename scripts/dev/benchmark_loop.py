@@ -1,0 +1,142 @@
+"""The training loop's own cost, the model left out: how long a device would sit idle waiting for
+trainer.Trainer's loop (the batches from the DataLoader workers, the epochs' ends), on the
+handout's pretraining data (wiki.txt, batches of 128, no shuffle).
+
+    python scripts/dev/benchmark_loop.py [--step_ms 2] [--epochs 20] [--workers 4,8] [--rounds 2]
+
+The model's step is a stand-in for a GPU's: it trims the batch as the real step does, spends
+--launch_ms of CPU time (launching kernels; a replayed CUDA graph takes a fraction of a
+millisecond) and hands --step_ms of work to a simulated device, which works through it while the
+loop goes on; reading the losses back (every 25 steps and at each epoch's end, as on a GPU)
+waits for the device. So the loop runs as it would beside a GPU of that step time, on this
+machine's CPUs (pinning and copying the batches to a GPU are not part of it).
+
+For each worker count, side by side (taking turns --rounds times): the DataLoader asked for an
+epoch's batches when the epoch starts (`afresh`), and the next epochs' batches built while an
+epoch ends (`across`, engine/batches.py's default). Printed per configuration: the device's idle
+time per step (the wall time over the steps' --step_ms), and the part of it at the epochs' first
+steps (per epoch). The figures are this machine's: a GPU machine's CPUs give their own.
+"""
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, 'src'))
+import torch  # noqa: E402
+
+from engine import batches, inputs, presets, progress  # noqa: E402
+from engine.datafiles import resolve  # noqa: E402
+from engine.plan import Plan  # noqa: E402
+import trainer  # noqa: E402
+
+
+class Device:
+    """A simulated GPU: work handed to it queues behind what it has; reading back waits for it.
+    Idle time is counted where work arrives after the queue ran dry."""
+
+    def __init__(self, clock=time.perf_counter, sleep=time.sleep):
+        self.clock, self.sleep = clock, sleep
+        self.free_at = None  # when the queued work ends
+        self.idle = []  # (step, seconds idle before its work)
+
+    def run(self, step, seconds):
+        now = self.clock()
+        if self.free_at is None:  # the first step: nothing waited for yet
+            self.free_at = now
+        self.idle.append((step, max(0.0, now - self.free_at)))
+        self.free_at = max(now, self.free_at) + seconds
+
+    def wait(self):
+        if self.free_at is not None:
+            self.sleep(max(0.0, self.free_at - self.clock()))
+
+
+def busy(seconds, clock=time.perf_counter):
+    """Spend `seconds` of this process's CPU (a kernel launch's Python and driver work)."""
+    end = clock() + seconds
+    while clock() < end:
+        pass
+
+
+def measure(data, workers, across, epochs, step_s, launch_s):
+    """(idle seconds per step, idle seconds at the epochs' first steps per epoch, steps) of one
+    run of the loop with the stand-in step."""
+    device = Device()
+    steps_seen = []
+
+    def stand_in(model, optimizer, autocast, x, y, config, dev):
+        batches.to_device(x, y, dev, config.pad_multiple)  # the real step's trim
+        busy(launch_s)
+        device.run(len(steps_seen), step_s)
+        steps_seen.append(len(steps_seen))
+        return torch.zeros(())
+
+    real_flush, real_step = progress.Progress.flush, trainer.train_step
+    real_across = batches.Batches.across
+
+    def flush(self, tokens):
+        device.wait()  # reading the losses back waits for the device
+        return real_flush(self, tokens)
+
+    progress.Progress.flush, trainer.train_step = flush, stand_in
+    batches.Batches.across = across
+    try:
+        config = trainer.TrainerConfig(max_epochs=epochs, batch_size=128, learning_rate=6e-4,
+                                       lr_decay=True, warmup_tokens=512 * 20,
+                                       final_tokens=200 * 128 * len(data), num_workers=workers,
+                                       cpu_workers=workers, log_every=25, **presets.HANDOUT_TRAINER)
+        model = torch.nn.Linear(1, 1)  # the optimizer's parameters; the stand-in uses none
+        trainer.Trainer(model, data, None, config, plan=Plan(precision='fp32')).train()
+        device.wait()
+    finally:
+        progress.Progress.flush, trainer.train_step = real_flush, real_step
+        batches.Batches.across = real_across
+    per_epoch = batches.steps_per_epoch(len(data), 128)
+    idle = device.idle[per_epoch:]  # the first epoch's wait for the workers' start-up left out
+    at_starts = [s for step, s in idle if step % per_epoch == 0]
+    return (sum(s for _, s in idle) / len(idle), sum(at_starts) / max(1, len(at_starts)),
+            len(idle))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p.add_argument('--step_ms', type=float, default=2.0, help="the simulated device's step")
+    p.add_argument('--launch_ms', type=float, default=0.2, help='CPU time a step takes to launch')
+    p.add_argument('--epochs', type=int, default=20)
+    p.add_argument('--workers', default='4,8', help='DataLoader worker counts, comma-separated')
+    p.add_argument('--rounds', type=int, default=2)
+    p.add_argument('--corpus', default=None, help="the pretraining corpus (default wiki.txt)")
+    args = p.parse_args()
+    counts = [int(w) for w in args.workers.split(',')]
+    if any(w < 1 for w in counts):
+        raise SystemExit('error: --workers: worker counts are 1 or more '
+                         '(the loop without workers builds its batches between steps)')
+    data = inputs.read_corpus(args.corpus or resolve('wiki.txt', 'wiki.txt'))
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
+    print(f'# {platform.processor() or platform.machine()}, {cpus} CPUs, torch {torch.__version__}; '
+          f'step {args.step_ms:g} ms on the simulated device, {args.launch_ms:g} ms to launch; '
+          f'{args.epochs} epochs of {batches.steps_per_epoch(len(data), 128)} steps, '
+          f'medians of {args.rounds}')
+    results = {}
+    for _ in range(args.rounds):
+        for w in counts:
+            for across in (False, True):
+                results.setdefault((w, across), []).append(
+                    measure(data, w, across, args.epochs, args.step_ms / 1e3, args.launch_ms / 1e3))
+    print('| workers | next epoch | device idle per step (ms) | of which at an epoch\'s start '
+          '(ms per epoch) | idle share |')
+    print('|---|---|---|---|---|')
+    for (w, across), runs in results.items():
+        idle = statistics.median(r[0] for r in runs)
+        starts = statistics.median(r[1] for r in runs)
+        share = idle / (idle + args.step_ms / 1e3)
+        print(f'| {w} | {"built across" if across else "afresh"} | {idle * 1e3:.2f} | '
+              f'{starts * 1e3:.1f} | {share:.0%} |', flush=True)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,45 @@
+"""scripts/dev/benchmark_loop.py: its simulated device counts idle time only where work arrives
+after the queue ran dry (a clock the test drives), and the stand-in loop runs the trainer's
+epochs with the loader restarted or not."""
+import os
+import sys
+
+from conftest import REPO
+
+sys.path.insert(0, os.path.join(REPO, 'scripts', 'dev'))
+import benchmark_loop  # noqa: E402
+from engine import batches  # noqa: E402
+import dataset  # noqa: E402
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
+def test_the_device_is_idle_only_when_work_comes_after_its_queue_ran_dry():
+    clock = Clock()
+    device = benchmark_loop.Device(clock, clock.sleep)
+    device.run(0, 2.0)  # the first step: no idle time (nothing was waited for)
+    clock.now = 1.0
+    device.run(1, 2.0)  # queued behind step 0: ends at 4
+    clock.now = 5.5
+    device.run(2, 2.0)  # 1.5 s after the queue ran dry
+    device.wait()
+    assert clock.now == 7.5
+    assert device.idle == [(0, 0.0), (1, 0.0), (2, 1.5)]
+
+
+def test_the_stand_in_loop_trains_every_step_either_way():
+    data = dataset.CharCorruptionDataset('\n'.join(f'line {i} of the corpus' for i in range(300)), 64)
+    for across in (False, True):
+        idle, at_starts, steps = benchmark_loop.measure(data, 2, across, 3, 0.0005, 0.0)
+        assert steps == 2 * batches.steps_per_epoch(len(data), 128)  # the first epoch left out
+        assert idle >= 0 and at_starts >= 0
+    assert batches.Batches.across is True  # put back

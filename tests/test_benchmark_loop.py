@@ -38,8 +38,9 @@ def test_the_device_is_idle_only_when_work_comes_after_its_queue_ran_dry():
 
 def test_the_stand_in_loop_trains_every_step_either_way():
     data = dataset.CharCorruptionDataset('\n'.join(f'line {i} of the corpus' for i in range(300)), 64)
-    for across in (False, True):
-        idle, at_starts, steps = benchmark_loop.measure(data, 2, across, 3, 0.0005, 0.0)
+    for mode in benchmark_loop.MODES:
+        idle, at_starts, steps = benchmark_loop.measure(data, 2, mode, 3, 0.0005, 0.0)
         assert steps == 2 * batches.steps_per_epoch(len(data), 128)  # the first epoch left out
         assert idle >= 0 and at_starts >= 0
-    assert batches.Batches.across is True  # put back
+        assert benchmark_loop.receive(data, 1, mode, count=3, pause=0.0) > 0
+    assert batches.Batches.across is True and batches.Batches.packed is True  # put back

@@ -12,10 +12,13 @@ waits for the device. So the loop runs as it would beside a GPU of that step tim
 machine's CPUs (pinning and copying the batches to a GPU are not part of it).
 
 For each worker count, side by side (taking turns --rounds times): the DataLoader asked for an
-epoch's batches when the epoch starts (`afresh`), and the next epochs' batches built while an
-epoch ends (`across`, engine/batches.py's default). Printed per configuration: the device's idle
-time per step (the wall time over the steps' --step_ms), and the part of it at the epochs' first
-steps (per epoch). The figures are this machine's: a GPU machine's CPUs give their own.
+epoch's batches when the epoch starts (`afresh`, the code before 2026-11-27), the next epochs'
+batches built while an epoch ends (`ahead`), and these sent from the workers as bytes rather than
+as shared-memory tensors (`ahead, bytes`: engine/batches.py's default). Printed per
+configuration: the device's idle time per step (the wall time over the steps' --step_ms), and
+the part of it at the epochs' first steps (per epoch); then what taking a batch the workers have
+already built costs the loop, as tensors and as bytes. The figures are this machine's: a GPU
+machine's CPUs give their own.
 """
 import argparse
 import os
@@ -62,7 +65,21 @@ def busy(seconds, clock=time.perf_counter):
         pass
 
 
-def measure(data, workers, across, epochs, step_s, launch_s):
+MODES = {  # name -> (Batches.across, Batches.packed)
+    'afresh': (False, False),  # the loader asked for each epoch's batches at its start
+    'ahead': (True, False),  # the next epoch's batches built while an epoch ends
+    'ahead, bytes': (True, True),  # and sent as bytes (engine/batches.py's default)
+}
+
+
+def switched(mode):
+    """Set Batches' switches for `mode`; returns what to put back."""
+    was = batches.Batches.across, batches.Batches.packed
+    batches.Batches.across, batches.Batches.packed = MODES[mode]
+    return was
+
+
+def measure(data, workers, mode, epochs, step_s, launch_s):
     """(idle seconds per step, idle seconds at the epochs' first steps per epoch, steps) of one
     run of the loop with the stand-in step."""
     device = Device()
@@ -76,14 +93,13 @@ def measure(data, workers, across, epochs, step_s, launch_s):
         return torch.zeros(())
 
     real_flush, real_step = progress.Progress.flush, trainer.train_step
-    real_across = batches.Batches.across
 
     def flush(self, tokens):
         device.wait()  # reading the losses back waits for the device
         return real_flush(self, tokens)
 
     progress.Progress.flush, trainer.train_step = flush, stand_in
-    batches.Batches.across = across
+    was = switched(mode)
     try:
         config = trainer.TrainerConfig(max_epochs=epochs, batch_size=128, learning_rate=6e-4,
                                        lr_decay=True, warmup_tokens=512 * 20,
@@ -94,12 +110,33 @@ def measure(data, workers, across, epochs, step_s, launch_s):
         device.wait()
     finally:
         progress.Progress.flush, trainer.train_step = real_flush, real_step
-        batches.Batches.across = real_across
+        batches.Batches.across, batches.Batches.packed = was
     per_epoch = batches.steps_per_epoch(len(data), 128)
     idle = device.idle[per_epoch:]  # the first epoch's wait for the workers' start-up left out
     at_starts = [s for step, s in idle if step % per_epoch == 0]
     return (sum(s for _, s in idle) / len(idle), sum(at_starts) / max(1, len(at_starts)),
             len(idle))
+
+
+def receive(data, workers, mode, count=40, pause=0.03):
+    """Median seconds the loop takes to get a batch the workers have ready (each asked for
+    `pause` seconds after the last, by which time the next is built)."""
+    was = switched(mode)
+    b = batches.Batches(data, workers, 128)
+    try:
+        generator, times = torch.Generator().manual_seed(0), []
+        while len(times) < count:
+            drawn = b.draw(generator)
+            epoch = b.epoch(drawn, generator)
+            for _ in drawn[:count - len(times)]:
+                time.sleep(pause)
+                start = time.perf_counter()
+                next(epoch)
+                times.append(time.perf_counter() - start)
+    finally:
+        b.close()
+        batches.Batches.across, batches.Batches.packed = was
+    return statistics.median(times)
 
 
 def main():
@@ -121,21 +158,27 @@ def main():
           f'step {args.step_ms:g} ms on the simulated device, {args.launch_ms:g} ms to launch; '
           f'{args.epochs} epochs of {batches.steps_per_epoch(len(data), 128)} steps, '
           f'medians of {args.rounds}')
-    results = {}
+    results, received = {}, {}
     for _ in range(args.rounds):
         for w in counts:
-            for across in (False, True):
-                results.setdefault((w, across), []).append(
-                    measure(data, w, across, args.epochs, args.step_ms / 1e3, args.launch_ms / 1e3))
-    print('| workers | next epoch | device idle per step (ms) | of which at an epoch\'s start '
+            for mode in MODES:
+                results.setdefault((w, mode), []).append(
+                    measure(data, w, mode, args.epochs, args.step_ms / 1e3, args.launch_ms / 1e3))
+        for mode in ('ahead', 'ahead, bytes'):
+            received.setdefault(mode, []).append(receive(data, counts[0], mode))
+    print('| workers | batches | device idle per step (ms) | of which at an epoch\'s start '
           '(ms per epoch) | idle share |')
     print('|---|---|---|---|---|')
-    for (w, across), runs in results.items():
+    for (w, mode), runs in results.items():
         idle = statistics.median(r[0] for r in runs)
         starts = statistics.median(r[1] for r in runs)
         share = idle / (idle + args.step_ms / 1e3)
-        print(f'| {w} | {"built across" if across else "afresh"} | {idle * 1e3:.2f} | '
-              f'{starts * 1e3:.1f} | {share:.0%} |', flush=True)
+        print(f'| {w} | {mode} | {idle * 1e3:.2f} | {starts * 1e3:.1f} | {share:.0%} |', flush=True)
+    print(f'\n| batches ({counts[0]} workers) | ms to take a batch already built (median) |')
+    print('|---|---|')
+    for mode, times in received.items():
+        print(f'| {"as tensors" if mode == "ahead" else "as bytes"} | '
+              f'{statistics.median(times) * 1e3:.2f} |')
 
 
 if __name__ == '__main__':

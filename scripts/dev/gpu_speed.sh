@@ -33,7 +33,7 @@ if [ "$call" = 1 ]; then
     tests/test_graphs.py -k "devices or graphs or (compile and cuda)" > "$work/tests.log" 2>&1
   echo "rc $?" >> "$work/tests.log"
   tail -3 "$work/tests.log" | tee -a "$summary"
-  say "the loop's own cost beside a 2 ms step (simulated device): workers 4, 8, 12; next epoch afresh or built ahead"
+  say "the loop's own cost beside a 2 ms step (simulated device): workers 4, 8, 12; afresh, ahead, ahead as bytes"
   timeout 90 "$py" scripts/dev/benchmark_loop.py --workers 4,8,12 --step_ms 2 --epochs 20 \
     --rounds 2 > "$work/loop.md" 2>"$work/loop.log"
   echo "rc $?" >> "$work/loop.log"; grep -a "^[#|] " "$work/loop.md" | tee -a "$summary"

@@ -44,3 +44,14 @@ def test_the_stand_in_loop_trains_every_step_either_way():
         assert idle >= 0 and at_starts >= 0
         assert benchmark_loop.receive(data, 1, mode, count=3, pause=0.0) > 0
     assert batches.Batches.across is True and batches.Batches.packed is True  # put back
+
+
+def test_the_report_gives_a_row_per_configuration_and_the_receive_costs():
+    results = {(4, 'afresh'): [(0.004, 0.030, 10), (0.002, 0.050, 10)],
+               (4, 'ahead, bytes'): [(0.001, 0.003, 10)]}
+    received = {'ahead': [0.0018], 'ahead, bytes': [0.0008]}
+    lines = benchmark_loop.table('# head', results, received, 0.002, 4).splitlines()
+    assert lines[0] == '# head'
+    assert '| 4 | afresh | 3.00 | 40.0 | 60% |' in lines  # medians of the two rounds
+    assert '| 4 | ahead, bytes | 1.00 | 3.0 | 33% |' in lines
+    assert '| as tensors | 1.80 |' in lines and '| as bytes | 0.80 |' in lines

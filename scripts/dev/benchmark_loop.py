@@ -3,6 +3,7 @@ trainer.Trainer's loop (the batches from the DataLoader workers, the epochs' end
 handout's pretraining data (wiki.txt, batches of 128, no shuffle).
 
     python scripts/dev/benchmark_loop.py [--step_ms 2] [--epochs 20] [--workers 4,8] [--rounds 2]
+                                         [--out FILE]
 
 The model's step is a stand-in for a GPU's: it trims the batch as the real step does, spends
 --launch_ms of CPU time (launching kernels; a replayed CUDA graph takes a fraction of a
@@ -22,7 +23,6 @@ machine's CPUs give their own.
 """
 import argparse
 import os
-import platform
 import statistics
 import sys
 import time
@@ -32,6 +32,7 @@ sys.path.insert(0, os.path.join(REPO, 'src'))
 import torch  # noqa: E402
 
 from engine import batches, inputs, presets, progress  # noqa: E402
+from engine.cpu_paths import cpu_model  # noqa: E402
 from engine.datafiles import resolve  # noqa: E402
 from engine.plan import Plan  # noqa: E402
 import trainer  # noqa: E402
@@ -147,6 +148,7 @@ def main():
     p.add_argument('--workers', default='4,8', help='DataLoader worker counts, comma-separated')
     p.add_argument('--rounds', type=int, default=2)
     p.add_argument('--corpus', default=None, help="the pretraining corpus (default wiki.txt)")
+    p.add_argument('--out', default=None, help='also write the tables here, after every round')
     args = p.parse_args()
     counts = [int(w) for w in args.workers.split(',')]
     if any(w < 1 for w in counts):
@@ -154,31 +156,41 @@ def main():
                          '(the loop without workers builds its batches between steps)')
     data = inputs.read_corpus(args.corpus or resolve('wiki.txt', 'wiki.txt'))
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
-    print(f'# {platform.processor() or platform.machine()}, {cpus} CPUs, torch {torch.__version__}; '
-          f'step {args.step_ms:g} ms on the simulated device, {args.launch_ms:g} ms to launch; '
-          f'{args.epochs} epochs of {batches.steps_per_epoch(len(data), 128)} steps, '
-          f'medians of {args.rounds}')
+    head = (f'# {cpu_model()}, {cpus} CPUs, torch '
+            f'{torch.__version__}; step {args.step_ms:g} ms on the simulated device, '
+            f'{args.launch_ms:g} ms to launch; {args.epochs} epochs of '
+            f'{batches.steps_per_epoch(len(data), 128)} steps')
     results, received = {}, {}
-    for _ in range(args.rounds):
+    for done in range(1, args.rounds + 1):
         for w in counts:
             for mode in MODES:
                 results.setdefault((w, mode), []).append(
                     measure(data, w, mode, args.epochs, args.step_ms / 1e3, args.launch_ms / 1e3))
         for mode in ('ahead', 'ahead, bytes'):
             received.setdefault(mode, []).append(receive(data, counts[0], mode))
-    print('| workers | batches | device idle per step (ms) | of which at an epoch\'s start '
-          '(ms per epoch) | idle share |')
-    print('|---|---|---|---|---|')
+        report = table(head + f', medians of {done} round{"s" * (done > 1)}', results, received,
+                       args.step_ms / 1e3, counts[0])
+        if args.out:  # after every round: a run stopped early keeps the rounds done
+            with open(args.out + '.tmp', 'w', encoding='utf-8') as f:
+                f.write(report)
+            os.replace(args.out + '.tmp', args.out)
+    print(report, end='')
+
+
+def table(head, results, received, step_s, workers):
+    lines = [head, '', '| workers | batches | device idle per step (ms) | of which at an epoch\'s '
+             'start (ms per epoch) | idle share |', '|---|---|---|---|---|']
     for (w, mode), runs in results.items():
         idle = statistics.median(r[0] for r in runs)
         starts = statistics.median(r[1] for r in runs)
-        share = idle / (idle + args.step_ms / 1e3)
-        print(f'| {w} | {mode} | {idle * 1e3:.2f} | {starts * 1e3:.1f} | {share:.0%} |', flush=True)
-    print(f'\n| batches ({counts[0]} workers) | ms to take a batch already built (median) |')
-    print('|---|---|')
+        lines.append(f'| {w} | {mode} | {idle * 1e3:.2f} | {starts * 1e3:.1f} | '
+                     f'{idle / (idle + step_s):.0%} |')
+    lines += ['', f'| batches ({workers} worker{"s" * (workers > 1)}) | ms to take a batch '
+              'already built (median) |', '|---|---|']
     for mode, times in received.items():
-        print(f'| {"as tensors" if mode == "ahead" else "as bytes"} | '
-              f'{statistics.median(times) * 1e3:.2f} |')
+        lines.append(f'| {"as tensors" if mode == "ahead" else "as bytes"} | '
+                     f'{statistics.median(times) * 1e3:.2f} |')
+    return '\n'.join(lines) + '\n'
 
 
 if __name__ == '__main__':

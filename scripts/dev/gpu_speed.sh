@@ -34,8 +34,8 @@ if [ "$call" = 1 ]; then
   echo "rc $?" >> "$work/tests.log"
   tail -3 "$work/tests.log" | tee -a "$summary"
   say "the loop's own cost beside a 2 ms step (simulated device): workers 4, 8, 12; afresh, ahead, ahead as bytes"
-  timeout 90 "$py" scripts/dev/benchmark_loop.py --workers 4,8,12 --step_ms 2 --epochs 20 \
-    --rounds 2 > "$work/loop.md" 2>"$work/loop.log"
+  timeout 120 "$py" scripts/dev/benchmark_loop.py --workers 4,8,12 --step_ms 2 --epochs 20 \
+    --rounds 2 --out "$work/loop.md" > "$work/loop.log" 2>&1
   echo "rc $?" >> "$work/loop.log"; grep -a "^[#|] " "$work/loop.md" | tee -a "$summary"
   for p in fp32 tf32 bf16; do
     say "benchmark $p"

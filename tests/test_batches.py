@@ -134,6 +134,14 @@ def test_an_epoch_other_than_the_one_built_ahead_restarts_the_stream():
     assert same(got, built_here(data, drawn))
 
 
+def test_a_stream_that_draws_nothing_more_ends():
+    """starts_with and the workers' iteration stop where the following epochs are empty."""
+    stream = batches._Stream([([0], 1)], following=lambda: [])
+    assert not stream.starts_with([([0], 1), ([1], 2)])
+    assert stream.starts_with([([0], 1)])
+    assert list(stream) == [([0], 1)]
+
+
 def test_closing_stops_the_workers_with_batches_built_ahead():
     data = dataset.CharCorruptionDataset(CORPUS, 64)
     b = batches.Batches(data, workers=2, batch_size=8)

@@ -203,11 +203,10 @@ class _Stream:
             yield batch
 
     def draw(self):
-        """Draw the next epoch's batches into `ahead`; False where there are none."""
-        if self.following is None:
-            return False
-        self.ahead.extend(self.following())
-        return bool(self.ahead)
+        """Draw the next epoch's batches into `ahead`; False where none were drawn."""
+        drawn = [] if self.following is None else self.following()
+        self.ahead.extend(drawn)
+        return bool(drawn)
 
     def starts_with(self, batches):
         """Whether the loop's next batches are `batches` (drawing epochs ahead to see)."""

@@ -190,6 +190,8 @@ def test_what_cannot_be_packed_goes_as_it_is():
     assert batches.pack(x, y) == (x, y)  # two shapes
     f = torch.zeros(3, 4)
     assert batches.pack(f, f) == (f, f)  # not ids
+    i = torch.zeros(3, 4, dtype=torch.int32)
+    assert batches.pack(i, i) == (i, i)  # ids, but not as the datasets give them
 
 
 def test_the_handouts_batches_travel_as_bytes():

@@ -121,6 +121,8 @@ class Batches:
             following = None
             if self.across and generator is not None:
                 copy = torch.Generator().set_state(generator.get_state())
+                # (self.draw's call, not self.draw: the stream would hold the Batches, a cycle
+                # that keeps the workers alive until a garbage collection)
                 following = functools.partial(batch_indices, len(self.dataset), self.batch_size,
                                               copy, self.shuffle)
             self.sampler.stream = _Stream(batches, following)
@@ -168,22 +170,24 @@ def pack(x, y):
     """A batch as a worker sends it: its ids as the bytes of the smallest integer type that
     holds them. (A tensor crosses processes as a shared-memory file descriptor passed over a
     socket: taking a built batch of two cost the loop 1.8 ms on the 2-core EPYC, the bytes
-    0.8 ms; results/loop-amd-epyc-avx2.md.) Batches that are not two integer tensors of one
-    shape go as they are."""
-    if x.shape != y.shape or x.dtype != y.dtype or x.dtype.is_floating_point:
+    0.8 ms; results/loop-amd-epyc-avx2.md.) Batches that are not two id (int64) tensors of
+    one shape go as they are."""
+    if x.shape != y.shape or x.dtype != torch.long or y.dtype != torch.long:
         return x, y
     both = torch.stack([x, y])
     low, high = (int(both.min()), int(both.max())) if both.numel() else (0, 0)
     small = next((t for t in SMALL if torch.iinfo(t).min <= low and high <= torch.iinfo(t).max),
-                 both.dtype)
-    return Packed(tuple(both.shape), both.dtype, small, both.to(small).numpy().tobytes())
+                 torch.long)
+    return Packed(tuple(both.shape), small, both.to(small).numpy().tobytes())
 
 
-class Packed(collections.namedtuple('Packed', 'shape dtype small data')):
+class Packed(collections.namedtuple('Packed', 'shape small data')):
+    """A batch packed by a worker (pack): x and y stacked, their shape, the type the ids
+    travel as, and their bytes."""
+
     def unpack(self):
         """(x, y) as they were packed, bit for bit."""
-        both = torch.frombuffer(bytearray(self.data), dtype=self.small)
-        both = both.view(self.shape).to(self.dtype)
+        both = torch.frombuffer(bytearray(self.data), dtype=self.small).view(self.shape).long()
         return both[0], both[1]
 
 

@@ -3,7 +3,7 @@
 #   bash scripts/dev/gpu_speed.sh 1 SHA   # CUDA tests of the precisions and the recorded steps;
 #                                         # the training loop's own cost (benchmark_loop.py);
 #                                         # benchmark.py's step times in fp32, tf32, bf16 under
-#                                         # --compile graphs (~4 min)
+#                                         # --compile graphs (~5 min; at most 8)
 #   bash scripts/dev/gpu_speed.sh 2 SHA   # run_all's vanilla, whole, under --compile graphs (the
 #                                         # step recorded, nothing compiled) in tf32, bf16, then
 #                                         # fp32 (<= 9.5 min)
@@ -34,8 +34,8 @@ if [ "$call" = 1 ]; then
   echo "rc $?" >> "$work/tests.log"
   tail -3 "$work/tests.log" | tee -a "$summary"
   say "the loop's own cost beside a 2 ms step (simulated device): workers 4, 8, 12; afresh, ahead, ahead as bytes"
-  timeout 120 "$py" scripts/dev/benchmark_loop.py --workers 4,8,12 --step_ms 2 --epochs 20 \
-    --rounds 2 --out "$work/loop.md" > "$work/loop.log" 2>&1
+  timeout 90 "$py" scripts/dev/benchmark_loop.py --workers 4,8,12 --step_ms 2 --epochs 15 \
+    --rounds 1 --out "$work/loop.md" > "$work/loop.log" 2>&1
   echo "rc $?" >> "$work/loop.log"; grep -a "^[#|] " "$work/loop.md" | tee -a "$summary"
   for p in fp32 tf32 bf16; do
     say "benchmark $p"

@@ -22,6 +22,7 @@ already built costs the loop, as tensors and as bytes. The figures are this mach
 machine's CPUs give their own.
 """
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -73,11 +74,15 @@ MODES = {  # name -> (Batches.across, Batches.packed)
 }
 
 
+@contextlib.contextmanager
 def switched(mode):
-    """Set Batches' switches for `mode`; returns what to put back."""
+    """Batches' switches set for `mode` inside, put back after."""
     was = batches.Batches.across, batches.Batches.packed
     batches.Batches.across, batches.Batches.packed = MODES[mode]
-    return was
+    try:
+        yield
+    finally:
+        batches.Batches.across, batches.Batches.packed = was
 
 
 def measure(data, workers, mode, epochs, step_s, launch_s):
@@ -100,18 +105,17 @@ def measure(data, workers, mode, epochs, step_s, launch_s):
         return real_flush(self, tokens)
 
     progress.Progress.flush, trainer.train_step = flush, stand_in
-    was = switched(mode)
     try:
         config = trainer.TrainerConfig(max_epochs=epochs, batch_size=128, learning_rate=6e-4,
                                        lr_decay=True, warmup_tokens=512 * 20,
                                        final_tokens=200 * 128 * len(data), num_workers=workers,
                                        cpu_workers=workers, log_every=25, **presets.HANDOUT_TRAINER)
         model = torch.nn.Linear(1, 1)  # the optimizer's parameters; the stand-in uses none
-        trainer.Trainer(model, data, None, config, plan=Plan(precision='fp32')).train()
+        with switched(mode):
+            trainer.Trainer(model, data, None, config, plan=Plan(precision='fp32')).train()
         device.wait()
     finally:
         progress.Progress.flush, trainer.train_step = real_flush, real_step
-        batches.Batches.across, batches.Batches.packed = was
     per_epoch = batches.steps_per_epoch(len(data), 128)
     idle = device.idle[per_epoch:]  # the first epoch's wait for the workers' start-up left out
     at_starts = [s for step, s in idle if step % per_epoch == 0]
@@ -122,21 +126,20 @@ def measure(data, workers, mode, epochs, step_s, launch_s):
 def receive(data, workers, mode, count=40, pause=0.03):
     """Median seconds the loop takes to get a batch the workers have ready (each asked for
     `pause` seconds after the last, by which time the next is built)."""
-    was = switched(mode)
-    b = batches.Batches(data, workers, 128)
-    try:
-        generator, times = torch.Generator().manual_seed(0), []
-        while len(times) < count:
-            drawn = b.draw(generator)
-            epoch = b.epoch(drawn, generator)
-            for _ in drawn[:count - len(times)]:
-                time.sleep(pause)
-                start = time.perf_counter()
-                next(epoch)
-                times.append(time.perf_counter() - start)
-    finally:
-        b.close()
-        batches.Batches.across, batches.Batches.packed = was
+    with switched(mode):
+        b = batches.Batches(data, workers, 128)
+        try:
+            generator, times = torch.Generator().manual_seed(0), []
+            while len(times) < count:
+                drawn = b.draw(generator)
+                epoch = b.epoch(drawn, generator)
+                for _ in drawn[:count - len(times)]:
+                    time.sleep(pause)
+                    start = time.perf_counter()
+                    next(epoch)
+                    times.append(time.perf_counter() - start)
+        finally:
+            b.close()
     return statistics.median(times)
 
 

@@ -23,7 +23,7 @@ import torch.nn as nn
 from torch.nn import functional as F
 
 from attention import CausalCrossAttention, CausalSelfAttention, SynthesizerAttention
-from engine.fastpath import Dropout, Packing, kept_lengths
+from engine.fastpath import Dropout, loss_groups
 
 
 class GPTConfig:
@@ -39,8 +39,8 @@ class GPTConfig:
     # True with F.scaled_dot_product_attention (same function, fused kernels). Not a parameter.
     fast_attention = True
     # Not in the handout: in training on a CPU, skip the positions that cannot change the loss
-    # (see fastpath.Packing). False computes every position, as the handout does. (GPUs always
-    # compute every position: there the work is not the bottleneck, and fixed shapes suit them.)
+    # (see fastpath.Packing). False computes every position, as the handout does. (A GPU computes
+    # every position, fixed shapes, unless the trainer's pack_multiple asks: docs/gpu.md.)
     skip_padding = True
     # Not in the handout: dropout draws its random numbers faster on a CPU, same distribution
     # (fastpath.Dropout). False draws them as nn.Dropout does.
@@ -212,19 +212,21 @@ class GPT(nn.Module):
     def get_block_size(self):
         return self.block_size
 
-    def forward(self, idx, targets=None, caches=None, positions=None, loss_only=False):
+    def forward(self, idx, targets=None, caches=None, positions=None, loss_only=False,
+                packed=None):
         """idx (B, T) -> logits (B, T, vocab_size), and the loss when targets are given.
 
-        loss_only (the trainer's steps): in training on a CPU (skip_padding) only the positions
-        that can change the loss are computed (see packed_loss), and the logits, not computed
-        everywhere, are None. Every other call gets the handout's (logits, loss).
+        loss_only (the trainer's steps): in training (skip_padding) only the positions that can
+        change the loss are computed, on a CPU always, elsewhere where the trainer counted them
+        (`packed`: see packed_loss), and the logits, not computed everywhere, are None. Every
+        other call gets the handout's (logits, loss).
         Decoding (see decode.py): `caches` (new_caches) store the keys and values of the positions
         seen; with `positions` (B, T), idx holds only the new tokens, at those positions.
         """
         b, t = idx.size()
         if loss_only and targets is not None and self.training and self.skip_padding \
-                and idx.device.type == 'cpu':
-            return None, self.packed_loss(idx, targets)
+                and (packed is not None or idx.device.type == 'cpu'):
+            return None, self.packed_loss(idx, targets, packed)
         if positions is None:
             assert t <= self.block_size, "Cannot forward, model block size is exhausted."
         elif positions.device.type == 'cpu':  # (on a GPU reading it back would stall every step;
@@ -284,23 +286,17 @@ class GPT(nn.Module):
         return self.up_block(x, x_input, packing=packing, cache=up_cache, positions=positions,
                              slots=slots)
 
-    def packed_loss(self, idx, targets, groups=4):
-        """The training loss, computed on the positions that can change it only.
-
-        A row's positions after its last non-PAD target change no loss (fastpath.Packing), so
-        each row is cut there. The rows are sorted by that length and taken in `groups` groups:
-        the position-wise layers run on a group's kept positions only, its attention on the
-        group's longest row. The loss is the handout's (the mean over the non-PAD targets),
-        summed group by group and divided once.
+    def packed_loss(self, idx, targets, size=None):
+        """The training loss, computed on the positions that can change it only: a row's
+        positions after its last non-PAD target change no loss (fastpath.Packing). The rows come
+        in groups (fastpath.loss_groups: a CPU's, sorted by length; or, with `size`, a GPU's one
+        group of `size` positions); the loss is the handout's (the mean over the non-PAD
+        targets), summed group by group and divided once.
         """
-        lengths = kept_lengths(targets)
         total = 0.0
-        for rows in lengths.argsort(descending=True).chunk(groups):
-            T = int(lengths[rows[0]])
-            packing = Packing(lengths[rows], T)
-            x = self.transformer(packing.pack(idx[rows, :T]), packing=packing)
-            logits = self.head(self.ln_f(x))
-            total = total + F.cross_entropy(logits, packing.pack(targets[rows, :T]),
+        for packing, x, y in loss_groups(idx, targets, size):
+            x = self.transformer(packing.pack(x), packing=packing)
+            total = total + F.cross_entropy(self.head(self.ln_f(x)), packing.pack(y),
                                             ignore_index=0, reduction='sum')
         return total / (targets != 0).sum()
 

@@ -54,6 +54,7 @@ class TrainerConfig:
     precision = 'fp32'  # 'fp32', 'tf32' (GPU), 'bf16' (autocast), 'auto' (measured: engine/plan.py)
     path_cache = None  # where 'auto' remembers its measured choices (a JSON file), or None
     pad_multiple = 8  # trimmed lengths are rounded up to this (fewer shapes for compile/kernels)
+    pack_multiple = 0  # >0: one packed group of a multiple of this many positions (GPU; to_device)
     log_every = 1  # read losses back every N steps (a GPU sync); tensorboard still gets every step
     resume_path, resume, checkpoint_every = None, False, 0
     time_budget, start_time, budget_may_grow, budget_after = None, None, False, 0
@@ -101,9 +102,9 @@ def train_step(model, optimizer, autocast, x, y, config, device):
     weight = None
     if distributed.active():  # this rank's rows, its loss weighted by its share of the targets
         x, y, weight = distributed.shard(x, y, device)
-    x, y = to_device(x, y, device, config.pad_multiple)  # padding columns trimmed
-    with autocast:
-        _, loss = model(x, y, loss_only=True)  # (a CPU computes only what the loss needs)
+    x, y, packed = to_device(x, y, device, config)  # padding columns trimmed
+    with autocast:  # (only what the loss needs: a CPU's way, or `packed` positions)
+        _, loss = model(x, y, loss_only=True, packed=packed)
     if weight is not None:
         loss = loss * weight
     model.zero_grad(set_to_none=True)
@@ -151,8 +152,7 @@ class Trainer:
         model = self.wrapped_model()
         self.optimizer = optimizer = make_optimizer(self.model, config, config.learning_rate)
         self.generator = torch.Generator().manual_seed(torch.initial_seed())
-        self.schedule = Schedule(config)
-        self.precision = self.plan.precision
+        self.schedule, self.precision = Schedule(config), self.plan.precision
         self.batches = Batches(self.train_dataset, workers_for(config, self.device),
                                config.batch_size, config.shuffle)
         self.steps_per_epoch = steps_per_epoch(len(self.train_dataset), config.batch_size)

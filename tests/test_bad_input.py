@@ -302,6 +302,15 @@ BAD_INPUT = {
     'graphs-on-a-cpu': (['pretrain', 'vanilla', 'corpus.txt'] + PT + ['--compile', 'graphs',
                                                                        '--device', 'cpu'],
                         ['--compile graphs', 'needs a GPU']),
+    'pack-multiple-negative': (['pretrain', 'vanilla', 'corpus.txt', '--pack_multiple', '-8']
+                               + PT, ['--pack_multiple', '0 or more', 'not -8']),
+    'pack-multiple-on-a-cpu': (['pretrain', 'vanilla', 'corpus.txt', '--pack_multiple', '512',
+                                '--device', 'cpu'] + PT, ['--pack_multiple', 'GPU', 'a CPU']),
+    'pack-multiple-with-plain': (['pretrain', 'vanilla', 'corpus.txt', '--pack_multiple', '512',
+                                  '--plain'] + PT, ['--pack_multiple and --plain', 'every position']),
+    'pack-multiple-compiled': (['pretrain', 'vanilla', 'corpus.txt', '--pack_multiple', '512',
+                                '--compile'] + PT, ['--pack_multiple', '--compile graphs',
+                                                    'not --compile default']),
     'edition-without-the-variant': (['pretrain', 'synthesizer', 'corpus.txt', '--edition', '2024-25']
                                     + PT, ['--edition 2024-25', 'vanilla, rope', 'synthesizer']),
 }

@@ -142,25 +142,55 @@ def test_the_plain_loop_takes_more_steps_than_an_epoch_holds():
     assert benchmark.plain_steps(gpt, data, 2, 4, 'cpu') > 0
 
 
-def test_the_step_clock_starts_after_the_steps_it_skips(monkeypatch):
-    """--compile graphs: the clock starts at the end of step 3 (the first shape's eager step and
-    its recording before it), not at the end of step 1."""
+def test_the_step_clock_reads_the_time_at_two_steps_of_the_whole_run(monkeypatch):
+    """--compile graphs times the second of two epochs (every shape and size recorded in the
+    first): the clock counts the steps over both epochs, not within one."""
     ticks = iter(range(100))
     monkeypatch.setattr(benchmark.time, 'perf_counter', lambda: next(ticks))
-    clock = benchmark.StepClock('cpu', steps=6, first=2)
-    for it in range(7):
-        clock.on_step_end(None, 0, it)
-    assert clock.marks == [0, 1]  # read at it 2 and it 6 only
-    plain = benchmark.StepClock('cpu', steps=6)
-    for it in range(7):
+    clock = benchmark.StepClock('cpu', last=7, first=3)
+    for epoch in range(2):
+        for it in range(4):
+            clock.on_step_end(None, epoch, it)
+    assert clock.marks == [0, 1]  # read at the end of epoch 1 and of epoch 2 only
+    plain = benchmark.StepClock('cpu', last=3)
+    for it in range(4):
         plain.on_step_end(None, 0, it)
     assert plain.marks == [2, 3]
 
 
+def test_recorded_steps_are_timed_in_a_second_pass_over_the_batches(monkeypatch):
+    """fast_steps(compile='graphs'): the timed Trainer runs the timed batches twice, the clock
+    over the second epoch's steps (its trainers' step stand in for the recording here)."""
+    runs = []
+    clocks = []
+
+    class Trainer:
+        def __init__(self, gpt, data, test, config):
+            self.config, self.callbacks = config, []
+            runs.append((len(data), config.max_epochs, config.compile, config.pack_multiple))
+
+        def train(self):
+            self.config.precision = 'fp32'
+            for clock in self.callbacks:
+                clocks.append(clock)
+                for step in range(self.config.max_epochs * 5):
+                    clock.on_step_end(self, step // 5, step % 5)
+    monkeypatch.setattr(benchmark.trainer, 'Trainer', Trainer)
+    monkeypatch.setattr(benchmark, 'sync', lambda device: None)
+    ticks = iter([10.0, 16.0])
+    monkeypatch.setattr(benchmark.time, 'perf_counter', lambda: next(ticks))
+    per_step, _, _ = benchmark.fast_steps(torch.nn.Linear(1, 1), list(range(100)), 4, 4, 'cuda', 'graphs',
+                                          precision='fp32', pack_multiple=512)
+    # the warm-up on one batch, then the timed run: 5 batches, twice (no compile run before it)
+    assert runs == [(4, 1, 'graphs', 512), (20, 2, 'graphs', 512)]
+    assert (clocks[0].first, clocks[0].last) == (4, 9) and per_step == 6.0 / 5
+
+
 @pytest.mark.parametrize('flags,message', [
     (['--compile', 'graphs'], 'a GPU'),
-    (['--compile', 'graphs', '--device', 'cuda', '--steps', '3'], '--steps 4 or more')])
-def test_graphs_are_refused_where_they_cannot_be_timed(flags, message):
+    (['--pack_multiple', '512'], 'a GPU'),
+    (['--pack_multiple', '512', '--device', 'cuda', '--compile'], 'eager steps or --compile graphs')])
+def test_gpu_options_are_refused_where_they_cannot_be_timed(flags, message):
     proc = subprocess.run([sys.executable, os.path.join(REPO, 'scripts', 'dev', 'benchmark.py')]
                           + flags, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and message in proc.stderr

@@ -374,6 +374,7 @@ def pad_batch(lengths, vocab, T=60, seed=6):
     return x, y
 
 
+@pytest.mark.parametrize('way', ['groups', 'covering'])
 @pytest.mark.parametrize('name,overrides,lengths', [
     ('vanilla', {}, [60, 3, 17, 0, 41, 9, 60, 25]),
     ('synthesizer', {'synthesizer': True}, [59, 3, 17, 1, 41, 9]),
@@ -381,9 +382,12 @@ def pad_batch(lengths, vocab, T=60, seed=6):
     ('perceiver-short', {'perceiver': True, 'bottleneck_dim': 16}, [3, 9, 12, 5, 7]),  # T < m
     ('rope', {'rope': True}, [60, 3, 17, 0, 41, 9, 60, 25]),
 ])
-def test_skipped_positions_change_neither_loss_nor_gradients(name, overrides, lengths, device):
-    """Trimmed columns (every device) and packed positions (the CPU's path) against the full
-    batch of the plain math."""
+def test_skipped_positions_change_neither_loss_nor_gradients(name, overrides, lengths, device,
+                                                             way):
+    """Trimmed columns (every device) and packed positions against the full batch of the plain
+    math: a CPU's groups (the model's choice there), and the one group of a GPU's steps
+    (`packed` given: Packing.covering), with every position it needs and with some of the
+    skipped ones too (a size rounded up, the whole batch)."""
     vocab = 30
     torch.manual_seed(7)
     full = jitter(tiny(vocab, overrides, fast=False, skip_padding=False, dropout=0.0,
@@ -397,14 +401,43 @@ def test_skipped_positions_change_neither_loss_nor_gradients(name, overrides, le
     full.train(), packed.train()
     logits, loss = full(x, y)
     loss.backward()
-    none, packed_loss = packed(tx, ty, loss_only=True)
-    packed_loss.backward()
-    # the packed path (a CPU's, asked for by the trainer) computes no full logits
-    assert logits is not None and (none is None) == (device == 'cpu')
-    torch.testing.assert_close(packed_loss, loss, atol=0, rtol=1e-5)
-    for (key, a), b in zip(full.named_parameters(), packed.parameters()):
-        torch.testing.assert_close(b.grad, a.grad, atol=1e-7, rtol=1e-4, msg=key)
+    sizes = [None] if way == 'groups' else \
+        [fastpath.packed_size(ty.cpu(), 1), fastpath.packed_size(ty.cpu(), 16), ty.numel()]
+    assert len(set(sizes)) == len(sizes)
+    for size in sizes:
+        packed.zero_grad(set_to_none=True)
+        none, packed_loss = packed(tx, ty, loss_only=True, packed=size)
+        packed_loss.backward()
+        # the packed paths (a CPU's, asked for by the trainer; `packed`) compute no full logits
+        assert logits is not None and (none is None) == (device == 'cpu' or size is not None)
+        torch.testing.assert_close(packed_loss, loss, atol=0, rtol=1e-5)
+        for (key, a), b in zip(full.named_parameters(), packed.parameters()):
+            torch.testing.assert_close(b.grad, a.grad, atol=1e-7, rtol=1e-4, msg=key)
     assert loss.item() > 1 and full.tok_emb.weight.grad.abs().sum() > 0
+
+
+def test_the_packed_size_counts_the_positions_the_loss_needs_rounded_up():
+    y = torch.tensor([[4, 0, 5, 0, 0], [0, 0, 0, 0, 0], [1, 2, 3, 4, 5]])
+    assert fastpath.kept_lengths(y).tolist() == [3, 1, 5]  # an all-PAD row keeps one position
+    assert fastpath.packed_size(y, 1) == 9
+    assert fastpath.packed_size(y, 4) == 12
+    assert fastpath.packed_size(y, 7) == 14
+    assert fastpath.packed_size(y, 64) == 15  # never more than the batch
+
+
+def test_a_covering_packing_takes_the_kept_positions_first_then_skipped_ones():
+    """Every kept position, in order, then the first skipped ones row after row: distinct
+    positions (unpacking writes each once), found without a nonzero (no number read back)."""
+    y = torch.tensor([[4, 0, 5, 0, 0], [0, 0, 0, 0, 0], [1, 2, 3, 4, 5]])
+    packing = fastpath.Packing.covering(y, 12)
+    assert packing.index.tolist() == [0, 1, 2, 5, 10, 11, 12, 13, 14] + [3, 4, 6]
+    assert packing.positions.tolist() == [0, 1, 2, 0, 0, 1, 2, 3, 4, 3, 4, 1]
+    assert (packing.B, packing.T) == (3, 5)
+    h = torch.arange(15.).view(3, 5, 1)
+    assert packing.pack(h).flatten().tolist() == packing.index.float().tolist()
+    back = packing.unpack(packing.pack(h))
+    assert back.flatten().tolist() == [0, 1, 2, 3, 4, 5, 6, 0, 0, 0, 10, 11, 12, 13, 14]
+    assert fastpath.Packing.covering(y, 15).index.sort().values.tolist() == list(range(15))
 
 
 @pytest.mark.parametrize('overrides', [{}, {'synthesizer': True}, {'rope': True},
@@ -453,9 +486,11 @@ def plain_losses(gpt, data, lr, epoch_batches, device='cpu'):
     return losses
 
 
-def fast_and_plain(data, name, precision='fp32', compile=False, device='cpu', n_layer=3):
+def fast_and_plain(data, name, precision='fp32', compile=False, device='cpu', n_layer=3,
+                   pack_multiple=0):
     """Span-corruption pretraining, as run.py pretrain does it (a tiny model, dropout 0), by
-    trainer.Trainer and by the plain loop: (fast losses, plain losses, fast model, plain model)."""
+    trainer.Trainer (pack_multiple: its TrainerConfig's) and by the plain loop: (fast losses,
+    plain losses, fast model, plain model)."""
     pre, _ = data
     epochs, batch, lr = 2, 6, 3e-3
     # the batches the Trainer will draw: the dataset in its order (the handout's DataLoader
@@ -470,7 +505,8 @@ def fast_and_plain(data, name, precision='fp32', compile=False, device='cpu', n_
     fast = tiny(pre.vocab_size, VARIANTS[name], fast=True, dropout=0.0, n_layer=n_layer)
     log = LossLog()
     conf = trainer.TrainerConfig(max_epochs=epochs, batch_size=batch, learning_rate=lr,
-                                 precision=precision, compile=compile, writer=log, device=device)
+                                 precision=precision, compile=compile, writer=log, device=device,
+                                 pack_multiple=pack_multiple)
     trainer.Trainer(fast, pre, None, conf).train()
 
     utils.set_seed(5)
@@ -499,6 +535,39 @@ def assert_same_run(got, want, fast, plain, tolerance):
 @pytest.mark.parametrize('name', VARIANTS)
 def test_fast_training_matches_the_plain_loop(data, name, device):
     assert_same_run(*fast_and_plain(data, name, device=device), tolerance=1e-4)
+
+
+def packed_sizes_seen(monkeypatch):
+    """The sizes Packing.covering is asked for from now on (a list that grows)."""
+    sizes = []
+    covering = fastpath.Packing.covering
+
+    def counted(targets, size):
+        sizes.append(size)
+        return covering(targets, size)
+    monkeypatch.setattr(fastpath.Packing, 'covering', counted)
+    return sizes
+
+
+@pytest.mark.parametrize('name', VARIANTS)
+def test_packed_training_matches_the_plain_loop(data, name, device, monkeypatch):
+    """pack_multiple (a GPU's packing, asked for here on every device): each step computes one
+    group of a multiple of 32 positions, and trains as the plain loop does."""
+    sizes = packed_sizes_seen(monkeypatch)
+    assert_same_run(*fast_and_plain(data, name, device=device, pack_multiple=32), tolerance=1e-4)
+    assert len(sizes) == 6 and all(s % 32 == 0 for s in sizes), sizes
+    assert max(sizes) < 6 * 128  # (fewer positions than the batch holds: packing did something)
+
+
+def test_run_pys_pack_multiple_reaches_every_training_stage():
+    import run
+    from engine import command
+    for extra, want in (([], 0), (['--pack_multiple', '512'], 512)):
+        args = run.parse_args(['pretrain', 'vanilla', 'wiki.txt', '--writing_params_path', 'x']
+                              + extra)
+        args.edition = '2021-23'
+        for stage in ('pretrain', 'finetune_scratch', 'finetune_pretrained'):
+            assert command.trainer_config(args, stage, 100, 'cuda')[0].pack_multiple == want
 
 
 @pytest.mark.parametrize('name', VARIANTS)

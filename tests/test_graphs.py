@@ -11,8 +11,9 @@ from torch.utils.data import Subset
 import trainer
 import utils
 from conftest import LossLog
-from engine import graphs
-from test_fast_paths import VARIANTS, assert_same_run, data, fast_and_plain, tiny  # noqa: F401
+from engine import batches, fastpath, graphs
+from test_fast_paths import (VARIANTS, assert_same_run, data, fast_and_plain,  # noqa: F401
+                             packed_sizes_seen, tiny)
 
 
 class Replays:
@@ -35,16 +36,19 @@ class Replays:
         return replay, loss
 
 
-def train(pre, compile, variant='vanilla', steps=9):
-    """A one-layer model (every position computed, as on a GPU; dropout 0) trained by the
-    Trainer on 15 examples in batches of 6, 6 and 3, three epochs, the handout's schedule
-    (warmup, then the cosine: a new learning rate every step), losses read back every 4 steps."""
+def train(pre, compile, variant='vanilla', steps=9, pack_multiple=0):
+    """A one-layer model (every position computed, as on a GPU, unless pack_multiple packs them;
+    dropout 0) trained by the Trainer on 15 examples in batches of 6, 6 and 3, three epochs, the
+    handout's schedule (warmup, then the cosine: a new learning rate every step), losses read
+    back every 4 steps."""
     utils.set_seed(5)
-    gpt = tiny(pre.vocab_size, VARIANTS[variant], skip_padding=False, dropout=0.0, n_layer=1)
+    gpt = tiny(pre.vocab_size, VARIANTS[variant], skip_padding=bool(pack_multiple), dropout=0.0,
+               n_layer=1)
     log = LossLog()
     conf = trainer.TrainerConfig(max_epochs=3, batch_size=6, learning_rate=3e-3, lr_decay=True,
                                  warmup_tokens=6 * 128 * 2, final_tokens=6 * 128 * 12,
-                                 compile=compile, writer=log, log_every=4)
+                                 compile=compile, writer=log, log_every=4,
+                                 pack_multiple=pack_multiple)
     trainer.Trainer(gpt, Subset(pre, range(15)), None, conf).train()
     assert len(log.values) == steps
     return log.values, gpt
@@ -66,6 +70,28 @@ def test_replayed_steps_train_as_the_eager_steps_do(data, monkeypatch, variant):
     shapes = replays.log.count('eager')
     assert replays.log.count('record') >= 1 and replays.log.count('replay') >= 3
     assert shapes + replays.log.count('replay') == 9  # every step once: eager or replayed
+    assert_same_run(got, want, graphed, eager, tolerance=1e-5)
+
+
+def test_packed_steps_are_recorded_per_shape_and_size(data, monkeypatch):  # noqa: F811
+    """With pack_multiple a recording also fixes how many positions its step packs (found on
+    the device from the recorded targets at each replay): a shape and size's first batch an
+    eager step, its second recorded with that size, the later ones replayed. The losses and
+    weights of the eager run computing every position, within rounding."""
+    pre, _ = data
+    replays = Replays()
+    monkeypatch.setattr(graphs, 'CudaGraphs', lambda: replays)
+    monkeypatch.setattr(graphs, 'WIDTH', 128)  # one width: the shapes differ by the size only
+    sizes = packed_sizes_seen(monkeypatch)
+    counts = []  # the step's own counts (a recorded step must not count: its y is on the device)
+    monkeypatch.setattr(batches, 'packed_size', lambda y, m: counts.append(m) or
+                        fastpath.packed_size(y, m))
+    got, graphed = train(pre, 'graphs', pack_multiple=128)
+    assert len(counts) == 2  # the two eager steps'; the recordings' size is their own
+    want, eager = train(pre, False)
+    assert set(sizes) == {128, 256}  # (of the batches of 3 examples and 3 PAD rows: 128)
+    assert replays.log.count('eager') == 2 and replays.log.count('record') == 2
+    assert replays.log.count('replay') == 7
     assert_same_run(got, want, graphed, eager, tolerance=1e-5)
 
 
@@ -95,3 +121,43 @@ def test_cuda_graph_steps_match_the_plain_loop(data, monkeypatch):  # noqa: F811
     assert_same_run(*fast_and_plain(data, 'vanilla', compile='graphs', device='cuda', n_layer=1),
                     tolerance=1e-4)
     assert len(recorded) == 1  # the first step eager, the other five replays of one recording
+
+
+def batches_of_one_size(vocab=30, T=128, rows=128, seed=3):
+    """Two batches of `rows` examples over all T columns (a dataset of (x, y) pairs) whose
+    targets end at random lengths, the second batch's lengths a shuffle of the first's: the
+    same number of positions to pack in every batch."""
+    gen = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(4, T, (rows,), generator=gen)
+    lengths = torch.cat([lengths, lengths[torch.randperm(rows, generator=gen)]])
+    x = torch.randint(1, vocab, (2 * rows, T), generator=gen)
+    y = torch.randint(1, vocab, (2 * rows, T), generator=gen)
+    y[torch.arange(T) >= lengths[:, None]] = 0
+    return list(zip(x, y))
+
+
+def test_packed_steps_at_the_handouts_batch_size_train_as_eager_ones(device, monkeypatch):
+    """The handout's pretraining shape (128 rows of 128 columns: a CUDA graph then records the
+    sort that finds the packed positions, and the embeddings' backward, in their paths for
+    large inputs), packed to a multiple of 512 and recorded (on a CPU, the stand-in plays the
+    recording), against eager steps computing every position: the same losses and weights."""
+    data = batches_of_one_size()
+    if device == 'cpu':
+        replays = Replays()
+        monkeypatch.setattr(graphs, 'CudaGraphs', lambda: replays)
+    monkeypatch.setattr(graphs, 'WIDTH', 128)
+    runs = []
+    for compile, pack_multiple in (('graphs', 512), (False, 0)):
+        utils.set_seed(5)
+        gpt = tiny(30, {}, skip_padding=bool(pack_multiple), dropout=0.0, n_layer=1)
+        log = LossLog()
+        conf = trainer.TrainerConfig(max_epochs=3, batch_size=128, learning_rate=3e-3,
+                                     compile=compile, writer=log, log_every=3, device=device,
+                                     pack_multiple=pack_multiple)
+        trainer.Trainer(gpt, data, None, conf).train()
+        runs.append((log.values, gpt))
+    (got, graphed), (want, eager) = runs
+    assert len(want) == 6 and want[-1] < want[0]
+    if device == 'cpu':
+        assert replays.log == ['eager', 'record'] + ['replay'] * 5
+    assert_same_run(got, want, graphed.cpu(), eager.cpu(), tolerance=1e-4)

@@ -101,11 +101,12 @@ def worker_startup(data, batch):
     return time.perf_counter() - start
 
 
-def fast_steps(gpt, data, batch, steps, device, compile_model, path=None, precision='auto'):
+def fast_steps(gpt, data, batch, steps, device, compile_model, path=None, precision='auto',
+               pack_multiple=0):
     """trainer.Trainer on `steps` batches (after a warm-up run); returns seconds per step, the
     precision and the CPU attention path taken (cpu_paths.path_name's kernel: True, False, None).
     path: a CPU candidate (precision, attention kernel) to force; None: the default.
-    precision: run.py's --precision."""
+    precision, pack_multiple: run.py's --precision, --pack_multiple."""
     # the warm-up run makes run.py's default choice: on a CPU, precision 'auto' measures the
     # candidates (and attention paths) and keeps the fastest; the timed run takes that choice
     precision = devices.pick_precision(precision, device, training=True)
@@ -117,40 +118,46 @@ def fast_steps(gpt, data, batch, steps, device, compile_model, path=None, precis
     conf = dict(max_epochs=1, batch_size=batch, learning_rate=6e-4, lr_decay=True,
                 warmup_tokens=10240, final_tokens=1e9, device=device, precision=precision,
                 compile=compile_model, log_every=1 if device == 'cpu' else 25,
-                num_workers=0 if device == 'cpu' else 4)
+                num_workers=0 if device == 'cpu' else 4, pack_multiple=pack_multiple)
     warm = trainer.TrainerConfig(**conf)
     trainer.Trainer(gpt, Subset(data, range(batch)), None, warm).train()
     conf['precision'] = precision = warm.precision
     n = min(len(data), batch * (steps + 1))
-    if compile_model:
+    if compile_model and compile_model != 'graphs':
         # the timed run's batches once beforehand (a trainer's batches follow torch's seed, the
         # same for both runs): every batch width is compiled before the clock runs, or the timed
         # steps would include a recompile for each width not met in the warm-up
         trainer.Trainer(gpt, Subset(data, range(n)), None, trainer.TrainerConfig(**conf)).train()
-    timed = trainer.Trainer(gpt, Subset(data, range(n)), None, trainer.TrainerConfig(**conf))
     steps = math.ceil(n / batch) - 1
-    # --compile graphs records each batch shape anew in every Trainer (its first batch eager,
-    # its second recorded): the clock starts after the first shape's recording
-    first = 2 if compile_model == 'graphs' else 0
-    clock = StepClock(device, steps, first)
+    first, last = 0, steps  # the clock runs from the end of the first step to the end of the last
+    if compile_model == 'graphs':
+        # --compile graphs records each shape anew in every Trainer (its first batch eager, its
+        # second recorded), and packing (pack_multiple) has a few sizes a shape: the batches
+        # twice, the second epoch timed (its steps replay the first's recordings)
+        conf['max_epochs'] = 2
+        first, last = steps, 2 * steps + 1
+    timed = trainer.Trainer(gpt, Subset(data, range(n)), None, trainer.TrainerConfig(**conf))
+    clock = StepClock(device, last, first)
     timed.callbacks.append(clock)
     timed.train()
     kernel = next((m.cpu_kernel for m in gpt.modules() if hasattr(m, 'cpu_kernel')), None)
-    per_step = (clock.marks[-1] - clock.marks[0]) / (steps - first)
+    per_step = (clock.marks[-1] - clock.marks[0]) / (last - first)
     return per_step, precision, kernel if device == 'cpu' else None
 
 
 class StepClock:
-    """A trainer extra: the time at the end of step `first` + 1 and of step `steps` + 1 (the
-    device waited for at both, nowhere between)."""
+    """A trainer extra: the time at the end of step `first` and of step `last`, counted from 0
+    over the whole run (the device waited for at both, nowhere between)."""
 
-    def __init__(self, device, steps, first=0):
-        self.device, self.first, self.last, self.marks = device, first, steps, []
+    def __init__(self, device, last, first=0):
+        self.device, self.first, self.last, self.marks = device, first, last, []
+        self.step = 0
 
     def on_step_end(self, trainer, epoch, it):
-        if it in (self.first, self.last):
+        if self.step in (self.first, self.last):
             sync(self.device)
             self.marks.append(time.perf_counter())
+        self.step += 1
 
 
 def against_candidates(variant, wiki, batch, args, default, rounds=3):
@@ -263,6 +270,10 @@ def main():
     ap.add_argument('--precision', choices=('auto', 'fp32', 'tf32', 'bf16'), default='auto',
                     help='the fast and compiled columns\' arithmetic (run.py --precision; the '
                          'plain column is the handout\'s fp32)')
+    ap.add_argument('--pack_multiple', type=int, default=0, metavar='N',
+                    help='also measure the fast path (and the compiled one) packing the positions '
+                         'that can change the loss on a GPU (run.py --pack_multiple N): more '
+                         'columns')
     ap.add_argument('--peak_tflops', type=float, nargs=2, metavar=('FP32', 'BF16'),
                     help='the device\'s dense peak TFLOP/s, for the MFU column (built in for '
                          'known GPUs)')
@@ -274,8 +285,10 @@ def main():
         ap.error('--precision tf32 is a GPU\'s (fp32 matrix products on tensor cores)')
     if args.compile == 'graphs' and args.device == 'cpu':
         ap.error('--compile graphs records CUDA graphs: a GPU\'s (--device cuda)')
-    if args.compile == 'graphs' and args.steps < 4:
-        ap.error('--compile graphs times the steps after the first recording: --steps 4 or more')
+    if args.pack_multiple and (args.device == 'cpu' or args.pack_multiple < 0):
+        ap.error('--pack_multiple is a GPU\'s (--device cuda), a positive number of positions')
+    if args.pack_multiple and args.compile in ('default', 'reduce-overhead'):
+        ap.error('--pack_multiple measures eager steps or --compile graphs')
     if args.out is None:
         preset = '' if args.preset == 'handout' else f'-{args.preset}'
         args.out = os.path.join(REPO, 'results', f'benchmarks-{machine_kind(args.device)}{preset}.md')
@@ -317,16 +330,17 @@ def main():
                    f'{tokens / t_fast:,.0f} tok/s ({cpu_paths.path_name((precision, kernel))})',
                    f'{t_plain / t_fast:.2f}x', f'{work:.2f}x']
             mfus = [mfu(flops, t_plain, 'fp32', peaks), mfu(flops, t_fast, precision, peaks)]
-            if args.compile:
-                import torch._dynamo
-                torch._dynamo.reset()  # each row compiles afresh, within dynamo's cache limits
+            for _, compile_model, pack_multiple in later_columns(args):
+                if compile_model in ('default', 'reduce-overhead'):
+                    import torch._dynamo
+                    torch._dynamo.reset()  # each row compiles afresh, within dynamo's cache limits
                 utils.set_seed(0)
-                t_compiled, *_ = fast_steps(build(variant, wiki.vocab_size, True, args.preset), data,
-                                           batch, args.steps, args.device, args.compile,
-                                           precision=args.precision)
-                row.append(f'{tokens / t_compiled:,.0f} tok/s: {t_plain / t_compiled:.2f}x plain, '
-                           f'{t_fast / t_compiled:.2f}x fast')
-                mfus.append(mfu(flops, t_compiled, precision, peaks))
+                t, *_ = fast_steps(build(variant, wiki.vocab_size, True, args.preset), data, batch,
+                                   args.steps, args.device, compile_model,
+                                   precision=args.precision, pack_multiple=pack_multiple)
+                row.append(f'{tokens / t:,.0f} tok/s: {t_plain / t:.2f}x plain, '
+                           f'{t_fast / t:.2f}x fast')
+                mfus.append(mfu(flops, t, precision, peaks))
             rows.append(row + mfus)
             print(rows[-1], flush=True)
             write_report(args, rows, against, peaks, shares, batches)
@@ -347,14 +361,26 @@ def main():
     write_report(args, rows, against, peaks, shares, batches, final=True)
 
 
+def later_columns(args):
+    """The columns after the fast one, (name, compile, pack_multiple) each: the fast path
+    compiled (--compile), packed (--pack_multiple), or both."""
+    name = {'default': 'torch.compile', 'reduce-overhead': 'torch.compile reduce-overhead',
+            'graphs': 'the step recorded (--compile graphs)'}.get(args.compile)
+    columns = [(f'fast + {name}', args.compile, 0)] if args.compile else []
+    if args.pack_multiple:
+        packed = f'packed to a multiple of {args.pack_multiple} positions'
+        columns.append((f'fast, {packed}', False, args.pack_multiple))
+        if args.compile:
+            columns.append((f'fast + {name}, {packed}', args.compile, args.pack_multiple))
+    return columns
+
+
 def write_report(args, rows, against, peaks, shares, batches, final=False):
     """The report as it stands, written to args.out whole (replacing the last): after every
     row, so a run stopped by a time limit still leaves the rows it measured."""
-    name = {'default': 'torch.compile', 'reduce-overhead': 'torch.compile reduce-overhead',
-            'graphs': 'the step recorded (--compile graphs)'}.get(args.compile)
-    compiled = [f'fast + {name}'] if args.compile else []
-    columns = (['measurement', 'plain (handout)', 'fast (this code)', 'ratio', 'work ratio'] + compiled
-               + ['MFU plain', 'MFU fast'] + [f'MFU {c}' for c in compiled])
+    later = [name for name, _, _ in later_columns(args)]
+    columns = (['measurement', 'plain (handout)', 'fast (this code)', 'ratio', 'work ratio'] + later
+               + ['MFU plain', 'MFU fast'] + [f'MFU {c}' for c in later])
     cmd = 'python scripts/dev/benchmark.py ' + ' '.join(sys.argv[1:])
     lines = ['# Benchmark: handout-equivalent path vs fast path', '',
              f'- machine: {machine(args.device)}', f'- command: `{cmd.strip()}`',

@@ -92,7 +92,7 @@ def measure(data, workers, mode, epochs, step_s, launch_s):
     steps_seen = []
 
     def stand_in(model, optimizer, autocast, x, y, config, dev):
-        batches.to_device(x, y, dev, config.pad_multiple)  # the real step's trim
+        batches.to_device(x, y, dev, config)  # the real step's trim
         busy(launch_s)
         device.run(len(steps_seen), step_s)
         steps_seen.append(len(steps_seen))

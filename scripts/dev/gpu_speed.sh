@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The next loan's calls for #53 (docs/gpu.md): the faster arithmetics under CUDA graphs.
-#   bash scripts/dev/gpu_speed.sh 1 SHA   # CUDA tests of the precisions and the recorded steps;
-#                                         # the training loop's own cost (benchmark_loop.py);
-#                                         # benchmark.py's step times in fp32, tf32, bf16 under
-#                                         # --compile graphs (~5 min; at most 8)
+#   bash scripts/dev/gpu_speed.sh 1 SHA   # CUDA tests of the precisions, the packed steps and the
+#                                         # recorded ones; the training loop's own cost
+#                                         # (benchmark_loop.py); benchmark.py's step times in fp32,
+#                                         # tf32, bf16: eager and --compile graphs, each also
+#                                         # packed (--pack_multiple 512) (~5.5 min; at most 8)
 #   bash scripts/dev/gpu_speed.sh 2 SHA   # run_all's vanilla, whole, under --compile graphs (the
-#                                         # step recorded, nothing compiled) in tf32, bf16, then
-#                                         # fp32 (<= 9.5 min)
+#                                         # step recorded, nothing compiled) and --pack_multiple
+#                                         # 512, in fp32, tf32, then bf16 (<= 9.5 min)
 #   bash scripts/dev/gpu_speed.sh 3 SHA [RUN.PY FLAGS]   # the whole assignment (London, no
 #                                         # pretraining, vanilla, synthesizer, perceiver, rope)
 #                                         # in one run_all under --compile graphs and the flags
@@ -28,9 +29,10 @@ pack() { tar czf "$out/call$call.tgz" --exclude='*.params' --exclude='*.ckpt' "$
 trap pack EXIT
 if [ "$call" = 1 ]; then
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$summary"
-  say "CUDA tests: the precisions' switches, the compiled and the recorded steps"
+  say "CUDA tests: the precisions' switches, the packed, compiled and recorded steps"
   timeout 150 "$py" -m pytest -q -p no:cacheprovider tests/test_devices.py tests/test_fast_paths.py \
-    tests/test_graphs.py -k "devices or graphs or (compile and cuda)" > "$work/tests.log" 2>&1
+    tests/test_graphs.py -k "devices or graphs or (cuda and (compile or packed or skipped))" \
+    > "$work/tests.log" 2>&1
   echo "rc $?" >> "$work/tests.log"
   tail -3 "$work/tests.log" | tee -a "$summary"
   say "the loop's own cost beside a 2 ms step (simulated device): workers 4, 8, 12; afresh, ahead, ahead as bytes"
@@ -40,15 +42,17 @@ if [ "$call" = 1 ]; then
   for p in fp32 tf32 bf16; do
     say "benchmark $p"
     timeout 80 "$py" scripts/dev/benchmark.py --device cuda --compile graphs --precision $p \
-      --variants vanilla --steps 20 --out "$work/bench_$p.md" > "$work/bench_$p.log" 2>&1
+      --pack_multiple 512 --variants vanilla --steps 20 --eval_questions 50 \
+      --out "$work/bench_$p.md" > "$work/bench_$p.log" 2>&1
     echo "rc $?" >> "$work/bench_$p.log"; grep -a "^| pretrain" "$work/bench_$p.md" | tee -a "$summary"
   done
 elif [ "$call" = 2 ]; then
-  for p in tf32:150 bf16:150 fp32:250; do
+  for p in fp32:250 tf32:150 bf16:150; do
     s=${p#*:}; p=${p%:*}
-    say "run_all vanilla $p --compile graphs (at most $s s)"
+    say "run_all vanilla $p --compile graphs --pack_multiple 512 (at most $s s)"
     timeout $s "$py" scripts/run_all.py --preset handout --models vanilla --out "$work/$p" -- \
-      --device cuda --precision $p --compile graphs > "$work/$p.stdout.log" 2>&1
+      --device cuda --precision $p --compile graphs --pack_multiple 512 \
+      > "$work/$p.stdout.log" 2>&1
     echo "rc $?" >> "$work/$p.stdout.log"; grep -a "^| vanilla" "$work/$p/report.md" | tee -a "$summary"
   done
 elif [ "$call" = 3 ]; then

@@ -19,6 +19,8 @@ import signal
 import torch
 from torch.utils.data import DataLoader, Sampler
 
+from engine.fastpath import packed_size
+
 
 def trim_padding(x, y, multiple=1):
     """Drop the trailing columns whose targets are PAD (0) in every row. (Exact for all four
@@ -30,15 +32,22 @@ def trim_padding(x, y, multiple=1):
     return x[:, :keep].contiguous(), y[:, :keep].contiguous()
 
 
-def to_device(x, y, device, multiple=1):
-    """A training batch trimmed (trim_padding) and on `device`: pinned after the trim (which
-    copies) on a GPU, so that the copies overlap its work instead of waiting for it. multiple 0:
-    as it is (a recorded step's own input tensors, engine/graphs.py)."""
-    if multiple:
-        x, y = trim_padding(x, y, multiple)
+def to_device(x, y, device, config):
+    """(x, y, packed): a training batch as the step takes it. x and y trimmed to a multiple of
+    config.pad_multiple columns (trim_padding; 0: as they are, a recorded step's own input
+    tensors, engine/graphs.py) and on `device`, pinned after the trim (which copies) on a GPU,
+    so that the copies overlap its work instead of waiting for it. packed: how many positions
+    the model computes, counted while y is on the host (fastpath.packed_size), where
+    config.pack_multiple asks (a recording's: its own, config.packed); else None, the model's
+    choice (a CPU packs, a GPU computes every position)."""
+    if config.pad_multiple:
+        x, y = trim_padding(x, y, config.pad_multiple)
+    packed = getattr(config, 'packed', None)  # (graphs.Given's)
+    if packed is None and config.pack_multiple:
+        packed = packed_size(y, config.pack_multiple)
     if device.type == 'cuda' and not x.is_cuda:
         x, y = x.pin_memory(), y.pin_memory()
-    return x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+    return x.to(device, non_blocking=True), y.to(device, non_blocking=True), packed
 
 
 def batch_indices(n, batch_size, generator, shuffle=True):

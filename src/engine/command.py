@@ -72,6 +72,12 @@ def add_engine_flags(argp):
                             'recorded per batch shape); graphs (a GPU\'s): nothing compiled, the '
                             'whole training step (forward, backward, AdamW) recorded as a CUDA '
                             'graph per batch shape and replayed')
+    extra.add_argument('--pack_multiple', type=int, default=0, metavar='N',
+                       help='training on a GPU: compute only the positions that can change the '
+                            'loss, as a CPU does (about half of a pretraining batch; the same '
+                            'loss, other dropout masks), packed into a number of positions '
+                            'rounded up to a multiple of N (a few shapes for --compile graphs); '
+                            '0 (default): every position')
     extra.add_argument('--plain', '--plain_attention', action='store_true', dest='plain',
                        help='compute as the handout does (same results, slower): written-out '
                             'attention instead of scaled_dot_product_attention, every padded '
@@ -108,6 +114,17 @@ def check_args(args):
     if args.compile == 'graphs' and (on_cpu or int(os.environ.get('WORLD_SIZE', '1')) > 1):
         raise UsageError('--compile graphs records CUDA graphs: it needs a GPU and one process '
                          '(not torchrun)')
+    if args.pack_multiple < 0:
+        raise UsageError(f'--pack_multiple must be 0 or more, not {args.pack_multiple}')
+    if args.pack_multiple and args.plain:
+        raise UsageError('--pack_multiple and --plain contradict each other: --plain computes '
+                         'every position')
+    if args.pack_multiple and args.compile in ('default', 'reduce-overhead'):
+        raise UsageError(f'--pack_multiple runs eager steps or --compile graphs, not '
+                         f'--compile {args.compile} (a new size would recompile)')
+    if args.pack_multiple and devices.pick_device(args.device) == 'cpu':
+        raise UsageError('--pack_multiple is a GPU\'s: a CPU computes only the positions that '
+                         'can change the loss already, in its own groups')
     if args.num_workers is not None and args.num_workers < 0:
         raise UsageError(f'--num_workers must be 0 or more, not {args.num_workers}')
     if args.checkpoint_every < 0:
@@ -226,7 +243,8 @@ def trainer_config(args, stage, pretrain_len, device, writer=None):
         **values, final_tokens=final, writer=writer, device=device,
         precision=devices.pick_precision(args.precision, device, training=True,
                                          measure=presets.adapts(args.preset)),
-        compile=args.compile, path_cache=cpu_paths.default_path_cache(),
+        compile=args.compile, pack_multiple=args.pack_multiple,
+        path_cache=cpu_paths.default_path_cache(),
         log_every=1 if device == 'cpu' else 25,
         follow_load=presets.adapts(args.preset) and cpu_load.follows(),
         under_load=presets.under_load(args.preset) if stage == 'pretrain' else None,
@@ -312,7 +330,8 @@ def save_params(gpt, args, device, run, tconf, budget, stage):
     write_record(args, path, device, stage=stage, precision=run.precision, plan=run.plan.record(),
                  learning_rate=tconf.learning_rate, batch_size=tconf.batch_size,
                  weight_decay=tconf.weight_decay, decay_rule=tconf.decay_rule,
-                 shuffle=tconf.shuffle, warmup_tokens=tconf.warmup_tokens,
+                 shuffle=tconf.shuffle, pack_multiple=tconf.pack_multiple or None,
+                 warmup_tokens=tconf.warmup_tokens,
                  final_tokens=run.schedule.final_tokens, decay_share=tconf.decay_share,
                  n_layer=inputs.layers_of(gpt.state_dict()),
                  time_budget_minutes=budget, time_budget_after=tconf.budget_after or None,

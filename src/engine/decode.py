@@ -59,7 +59,7 @@ def _decode_cached(model, prompts, steps, stop_id, stop_count, device, trim):
     # The prompts, packed: each row's own positions only, as in fastpath.Packing (the caches
     # get zeros past a row's prompt, overwritten by its next tokens before any query sees them).
     # Only each row's last position needs logits.
-    packing = Packing(lengths, P)
+    packing = Packing.of_lengths(lengths, P)
     x = model.transformer(packing.pack(seqs[:, :P]), packing=packing, caches=caches)
     logits = model.head(model.ln_f(x[lengths.cumsum(0) - 1]))
     rows = torch.arange(B, device=device)  # the rows still decoding (indices into seqs)

@@ -4,7 +4,8 @@ The bookkeeping that lets the attention modules (attention.py) and the model (mo
 that cannot change any result. None of it is the assignment's; each piece is tested against the
 handout's math (tests/test_fast_paths.py).
 
-- `Packing` (training on a CPU): only the positions that can change the loss are computed;
+- `Packing` (training): only the positions that can change the loss are computed (a CPU's
+  steps; a GPU's where --pack_multiple asks, in one packed matrix of a few sizes);
 - `KVCache` and `visible` (decoding): each step computes the new position only, reusing the keys
   and values of the positions before it;
 - `causal_math`: the handout's masked softmax attention in fewer passes (training on a CPU);
@@ -49,6 +50,14 @@ class Dropout(nn.Dropout):
         return x * keep * scale  # (a bf16 multiplier would round the scale, biasing the mean)
 
 
+def packed_size(targets, multiple):
+    """How many positions Packing.covering computes for (B, T) targets (on the host: counting
+    them on a GPU would read a number back every step): those kept_lengths keeps, rounded up to
+    a multiple of `multiple` (a few sizes, a few CUDA graphs), at most B * T."""
+    kept = int(kept_lengths(targets).sum())
+    return min(targets.numel(), -(-kept // multiple) * multiple)
+
+
 def kept_lengths(targets):
     """(B, T) targets -> (B,): how many positions of each row Packing keeps in training, up to
     and including its last non-PAD (index 0) target; at least 1 (a row of PAD targets only adds
@@ -71,22 +80,54 @@ class Packing:
     skipped positions).
     """
 
-    def __init__(self, lengths, T):
-        """lengths: (B,) number of positions to compute at the start of each row."""
-        positions = torch.arange(T, device=lengths.device)
-        keep = positions < lengths[:, None]  # (B, T)
-        self.B, self.T = keep.shape
-        self.index = keep.flatten().nonzero().squeeze(1)  # where each packed row sits in B * T
-        self.positions = self.index % T  # the position of each packed row in its sequence
+    def __init__(self, index, B, T):
+        self.B, self.T = B, T
+        self.index = index  # where each packed row sits in B * T
+        self.positions = index % T  # the position of each packed row in its sequence
+
+    @classmethod
+    def of_lengths(cls, lengths, T):
+        """The first lengths[r] positions of each row r ((B,) lengths) of a (B, T) batch."""
+        keep = torch.arange(T, device=lengths.device) < lengths[:, None]  # (B, T)
+        return cls(keep.flatten().nonzero().squeeze(1), *keep.shape)
+
+    @classmethod
+    def covering(cls, targets, size):
+        """`size` positions of (B, T) targets, found with no number read back from the device
+        (a GPU's step, which a CUDA graph can record): every position kept for the loss (at most
+        `size`: packed_size counts them), then the first skipped ones, row after row, to make up
+        the size. A skipped position computed changes nothing either: its target is PAD, and
+        no kept position looks at it."""
+        B, T = targets.shape
+        keep = torch.arange(T, device=targets.device) < kept_lengths(targets)[:, None]
+        # a stable sort of "skipped": the kept positions first, each part in its order
+        return cls(torch.argsort((~keep).flatten().to(torch.uint8), stable=True)[:size], B, T)
 
     def pack(self, x):
-        """(B, T, ...) -> (N, ...): the kept positions, row after row."""
+        """(B, T, ...) -> (N, ...): the positions in `index`, in its order."""
         return x.flatten(0, 1).index_select(0, self.index)
 
     def unpack(self, x):
-        """(N, C) -> (B, T, C), zeros at the skipped positions."""
+        """(N, C) -> (B, T, C), zeros at the positions not packed."""
         out = x.new_zeros(self.B * self.T, x.size(-1))
         return out.index_copy(0, self.index, x).view(self.B, self.T, -1)
+
+
+def loss_groups(idx, targets, size=None, groups=4):
+    """The groups GPT.packed_loss computes a training batch in, (Packing, idx, targets) each.
+
+    On a CPU the rows are sorted by kept_lengths and taken in `groups` groups: the
+    position-wise layers run on a group's kept positions only, its attention on the group's
+    longest row. With `size` (a GPU's step: the trainer counted the positions on the host,
+    packed_size) one group of `size` positions, found on the device without reading a number
+    back (Packing.covering), one shape for every batch of that size."""
+    if size is not None:
+        yield Packing.covering(targets, size), idx, targets
+        return
+    lengths = kept_lengths(targets)
+    for rows in lengths.argsort(descending=True).chunk(groups):
+        T = int(lengths[rows[0]])
+        yield Packing.of_lengths(lengths[rows], T), idx[rows, :T], targets[rows, :T]
 
 
 class KVCache:

@@ -8,7 +8,7 @@ once per batch shape, then replayed. What a recording fixes is made to hold:
 
 - shapes: each batch is trimmed to a multiple of WIDTH columns and padded to the batch size with
   rows of PAD (0) targets, which the loss ignores, so a stage has a handful of shapes (the
-  handout's pretraining one or two);
+  handout's pretraining one or two); with --pack_multiple, times the sizes it packs to;
 - addresses: a replay reads the graph's own input tensors, so each batch is copied into them;
 - the learning rate, which the handout's loop sets as a float after every step: AdamW reads it
   from a device tensor during the recording, and each replay first copies the float into it.
@@ -21,6 +21,7 @@ import functools
 import torch
 
 from engine.batches import trim_padding
+from engine.fastpath import packed_size
 
 WIDTH = 32  # columns are padded to a multiple of this: at most block_size / WIDTH shapes
 
@@ -32,11 +33,12 @@ def steps(config, step):
 
 class Given:
     """The trainer's config, except that train_step takes the batch as it is (the recorded
-    shape, already on the device): batches.to_device trims nothing for pad_multiple 0."""
+    shape, already on the device: batches.to_device trims nothing for pad_multiple 0) and packs
+    the recording's own number of positions (`packed`, or None)."""
     pad_multiple = 0
 
-    def __init__(self, config):
-        self.config = config
+    def __init__(self, config, packed):
+        self.config, self.packed = config, packed
 
     def __getattr__(self, name):
         return getattr(self.config, name)
@@ -83,13 +85,16 @@ class CapturedSteps:
 
     def __call__(self, model, optimizer, autocast, x, y, config, device):
         x, y = self.shaped(x, y, config.batch_size)
-        shape = tuple(x.shape)
+        # a recording's shapes: the batch's, and with pack_multiple the positions computed
+        packed = packed_size(y, config.pack_multiple) if config.pack_multiple else None
+        shape = (tuple(x.shape), packed)
         if shape not in self.recorded:
             if shape not in self.seen:
                 self.seen.add(shape)
                 return self.graphs.eager(lambda: self.step(model, optimizer, autocast, x, y,
                                                            config, device))
-            self.recorded[shape] = self.record(model, optimizer, autocast, x, y, config, device)
+            self.recorded[shape] = self.record(model, optimizer, autocast, x, y,
+                                               Given(config, packed), device)
         replay, xs, ys, loss = self.recorded[shape]
         if xs.is_cuda:  # pinned, so that the copies wait for nothing
             x, y = x.pin_memory(), y.pin_memory()
@@ -101,12 +106,13 @@ class CapturedSteps:
         return loss.clone()  # the next replay overwrites `loss`; the loop keeps this one a while
 
     def record(self, model, optimizer, autocast, x, y, config, device):
-        """(replay, input x, input y, loss) of a new recording of `step` for x's shape."""
+        """(replay, input x, input y, loss) of a new recording of `step` for x's shape (and
+        config's packed size: a Given)."""
         xs, ys = x.to(device), y.to(device)
         if self.lrs is None:
             self.lrs = [torch.tensor(float(g['lr']), device=device) for g in optimizer.param_groups]
         step = functools.partial(self.with_lr_tensors, model, optimizer, autocast, xs, ys,
-                                 Given(config), device)
+                                 config, device)
         replay, loss = self.graphs.record(step, optimizer)
         return replay, xs, ys, loss
 

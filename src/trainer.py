@@ -47,16 +47,16 @@ class TrainerConfig:
     cpu_workers = 0  # worker processes on a CPU too (they take cores from the model: off unless asked)
     writer = None
     # Not in the handout: how the steps run (device, precision, compile, padding, log reads),
-    # resume (resume_path every checkpoint_every epochs), the time budget (engine/budget.py:
-    # seconds from start_time, and what may grow or follow), the threads (follow_load),
-    # runs measured under load (under_load: presets.py), a CPU recipe's schedule (decay_share)
+    # resume (resume_path every checkpoint_every epochs, checkpoint_seconds apart), the time
+    # budget (engine/budget.py: seconds from start_time, and what may grow or follow), threads
+    # (follow_load), runs measured under load (under_load: presets.py), decay_share (CPU recipes)
     device, compile = 'cpu', False
     precision = 'fp32'  # 'fp32', 'tf32' (GPU), 'bf16' (autocast), 'auto' (measured: engine/plan.py)
     path_cache = None  # where 'auto' remembers its measured choices (a JSON file), or None
     pad_multiple = 8  # trimmed lengths are rounded up to this (fewer shapes for compile/kernels)
     pack_multiple = 0  # >0: one packed group of a multiple of this many positions (GPU; to_device)
     log_every = 1  # read losses back every N steps (a GPU sync); tensorboard still gets every step
-    resume_path, resume, checkpoint_every = None, False, 0
+    resume_path, resume, checkpoint_every, checkpoint_seconds = None, False, 0, 0
     time_budget, start_time, budget_may_grow, budget_after = None, None, False, 0
     follow_load, under_load, decay_share = False, None, None
 

@@ -461,6 +461,71 @@ def test_under_torchrun_ranks_agree_on_a_stop_only_where_losses_are_read_back(mo
     assert saved == [50]
 
 
+@pytest.mark.parametrize('seconds,epochs', [(0, [1, 2, 3, 4, 5, 6, 7]), (30, [2, 4, 6])])
+def test_periodic_checkpoints_come_checkpoint_seconds_apart(tmp_path, monkeypatch, seconds,
+                                                            epochs):
+    """checkpoint_seconds (run.py's on a GPU, whose epochs take a fraction of a second): an
+    epoch that checkpoint_every names writes the checkpoint only once that many seconds have
+    passed since the last one (or the start). A clock the test drives: 10 s a step, two steps
+    an epoch, eight epochs (the last one writes none: the params follow)."""
+    from engine import checkpoint
+    now, saved = [0.0], []
+    save = checkpoint.Resumable.save
+
+    def spied(self, trainer, epoch, it, state):
+        saved.append(epoch)
+        return save(self, trainer, epoch, it, state)
+    monkeypatch.setattr(checkpoint.Resumable, 'save', spied)
+
+    class Ticks:
+        def on_step_end(self, trainer, epoch, it):
+            now[0] += 10.0
+    utils.set_seed(0)
+    data = dataset.CharCorruptionDataset(CORPUS, 32)
+    gpt = model.GPT(model.GPTConfig(data.vocab_size, 32, n_layer=1, n_head=2, n_embd=16))
+    conf = trainer.TrainerConfig(max_epochs=8, batch_size=len(data) // 2 + 1,
+                                 resume_path=str(tmp_path / 'run.ckpt'), checkpoint_every=1,
+                                 checkpoint_seconds=seconds)
+    run = trainer.Trainer(gpt, data, None, conf, clock=lambda: now[0])
+    run.callbacks.append(Ticks())
+    run.train()
+    assert now[0] == 160.0 and saved == epochs
+    assert (tmp_path / 'run.ckpt').exists()
+
+
+def test_run_py_spaces_a_gpus_periodic_checkpoints_only():
+    import run
+    from engine import checkpoint, command
+    args = run.parse_args(['pretrain', 'vanilla', 'wiki.txt', '--writing_params_path', 'x'])
+    args.edition = '2021-23'
+    assert command.trainer_config(args, 'pretrain', 100, 'cpu')[0].checkpoint_seconds == 0
+    assert command.trainer_config(args, 'pretrain', 100, 'cuda')[0].checkpoint_seconds == \
+        checkpoint.GPU_SECONDS == 30
+
+
+def test_under_torchrun_rank_0s_clock_decides_whether_a_checkpoint_is_due(monkeypatch):
+    """Every rank takes part in a save (its random states are gathered): the ranks must agree
+    on the epochs that write one, so rank 0's clock decides, sent to all (an all_reduce max
+    where only rank 0 puts in its answer)."""
+    from engine import checkpoint
+    asked = []
+
+    class Trainer:
+        device, rank = 'cpu', 1
+        config = type('Config', (), {'checkpoint_seconds': 30})()
+
+        def clock(self):
+            return 100.0
+
+    def agree(value, device, op):
+        asked.append((value, op))
+        return 1.0  # rank 0's answer: due
+    monkeypatch.setattr(checkpoint.distributed, 'agree', agree)
+    extra = checkpoint.Resumable()
+    extra.saved_at = 0.0
+    assert extra.due(Trainer()) and asked == [(0, 'max')]  # rank 1 puts in nothing of its own
+
+
 @pytest.mark.skipif(torch.cuda.device_count() < 2,
                     reason='two CUDA GPUs are needed (NCCL takes one GPU per rank)')
 def test_torchrun_two_cuda_ranks_train_like_one_cuda_process(tmp_path):

@@ -88,7 +88,8 @@ def add_engine_flags(argp):
                        help='continue an interrupted pretrain/finetune from WRITING_PARAMS_PATH.ckpt')
     extra.add_argument('--checkpoint_every', type=int, default=10,
                        help='write the resumable checkpoint WRITING_PARAMS_PATH.ckpt every N epochs '
-                            '(and on Ctrl-C/SIGTERM); 0: only on Ctrl-C/SIGTERM')
+                            '(on a GPU at most once every %d s) and on Ctrl-C/SIGTERM; 0: only on '
+                            'Ctrl-C/SIGTERM' % checkpoint.GPU_SECONDS)
     extra.add_argument('--num_workers', type=int, default=None,
                        help='DataLoader worker processes building the training batches (the '
                             'handout\'s 4 on a GPU; on a CPU none unless given: the same batches '
@@ -250,6 +251,7 @@ def trainer_config(args, stage, pretrain_len, device, writer=None):
         under_load=presets.under_load(args.preset) if stage == 'pretrain' else None,
         resume_path=args.writing_params_path + '.ckpt', resume=args.resume,
         checkpoint_every=args.checkpoint_every,
+        checkpoint_seconds=0 if device == 'cpu' else checkpoint.GPU_SECONDS,
         time_budget=None if budget is None else budget * 60, start_time=args.started,
         budget_may_grow=args.time_budget is None or args.time_budget_share,
         budget_after=args.time_budget_after)

@@ -159,7 +159,7 @@ class Trainer:
         self.epochs_trained = self.start_epoch = self.start_it = 0
         one_step = graphs.steps(config, train_step)  # train_step, or its CUDA-graph replays
         self.progress = Progress(config.log_every, config.writer if self.rank == 0 else None,
-                                 disable=self.rank != 0)
+                                 disable=self.rank != 0, lag=self.device.type == 'cuda')
         try:
             self.call('on_train_start')  # the plan's threads and epochs; resume
             autocast = autocast_for(self.device, self.precision)
@@ -186,7 +186,7 @@ class Trainer:
                     self.progress.log(self.step, loss, lr, epoch, it, self.tokens)
                     self.step += 1
                     self.call('on_step_end', epoch, it)  # a stop request: checkpoint, interrupt
-                self.progress.flush(self.tokens)
+                self.progress.epoch_end(self.tokens, saving=config.ckpt_path is not None)
                 if self.test_dataset is not None:
                     self.evaluate_loss(self.test_dataset, autocast)
                     model.train()

@@ -29,6 +29,8 @@ def test_the_device_is_idle_only_when_work_comes_after_its_queue_ran_dry():
     device.run(0, 2.0)  # the first step: no idle time (nothing was waited for)
     clock.now = 1.0
     device.run(1, 2.0)  # queued behind step 0: ends at 4
+    device.wait(0)  # step 0's work only (a lagged read): step 1's goes on
+    assert clock.now == 2.0
     clock.now = 5.5
     device.run(2, 2.0)  # 1.5 s after the queue ran dry
     device.wait()
@@ -44,6 +46,7 @@ def test_the_stand_in_loop_trains_every_step_either_way():
         assert idle >= 0 and at_starts >= 0
         assert benchmark_loop.receive(data, 1, mode, count=3, pause=0.0) > 0
     assert batches.Batches.across is True and batches.Batches.packed is True  # put back
+    assert benchmark_loop.trainer.Progress is benchmark_loop.progress.Progress
 
 
 def test_the_report_gives_a_row_per_configuration_and_the_receive_costs():

@@ -9,13 +9,15 @@ The model's step is a stand-in for a GPU's: it trims the batch as the real step 
 --launch_ms of CPU time (launching kernels; a replayed CUDA graph takes a fraction of a
 millisecond) and hands --step_ms of work to a simulated device, which works through it while the
 loop goes on; reading the losses back (every 25 steps and at each epoch's end, as on a GPU)
-waits for the device. So the loop runs as it would beside a GPU of that step time, on this
+waits for the device (for the steps read: with lagged reads, all but the newest). So the loop runs as it would beside a GPU of that step time, on this
 machine's CPUs (pinning and copying the batches to a GPU are not part of it).
 
 For each worker count, side by side (taking turns --rounds times): the DataLoader asked for an
 epoch's batches when the epoch starts (`afresh`, the code before 2026-11-27), the next epochs'
 batches built while an epoch ends (`ahead`), and these sent from the workers as bytes rather than
-as shared-memory tensors (`ahead, bytes`: engine/batches.py's default). Printed per
+as shared-memory tensors (`ahead, bytes`: engine/batches.py's default), and the newest loss
+left on the device when a group of losses is read (`ahead, bytes, lagged reads`: the trainer's
+default on a GPU, engine/progress.py). Printed per
 configuration: the device's idle time per step (the wall time over the steps' --step_ms), and
 the part of it at the epochs' first steps (per epoch); then what taking a batch the workers have
 already built costs the loop, as tensors and as bytes. The figures are this machine's: a GPU
@@ -47,6 +49,7 @@ class Device:
         self.clock, self.sleep = clock, sleep
         self.free_at = None  # when the queued work ends
         self.idle = []  # (step, seconds idle before its work)
+        self.ends = []  # when each step's work ends (steps numbered from 0 in the order run)
 
     def run(self, step, seconds):
         now = self.clock()
@@ -54,10 +57,13 @@ class Device:
             self.free_at = now
         self.idle.append((step, max(0.0, now - self.free_at)))
         self.free_at = max(now, self.free_at) + seconds
+        self.ends.append(self.free_at)
 
-    def wait(self):
+    def wait(self, step=None):
+        """Wait for all the work queued, or for the work of step `step` only."""
         if self.free_at is not None:
-            self.sleep(max(0.0, self.free_at - self.clock()))
+            until = self.free_at if step is None else self.ends[step]
+            self.sleep(max(0.0, until - self.clock()))
 
 
 def busy(seconds, clock=time.perf_counter):
@@ -67,22 +73,27 @@ def busy(seconds, clock=time.perf_counter):
         pass
 
 
-MODES = {  # name -> (Batches.across, Batches.packed)
-    'afresh': (False, False),  # the loader asked for each epoch's batches at its start
-    'ahead': (True, False),  # the next epoch's batches built while an epoch ends
-    'ahead, bytes': (True, True),  # and sent as bytes (engine/batches.py's default)
+MODES = {  # name -> (Batches.across, Batches.packed, the log's lag)
+    'afresh': (False, False, False),  # the loader asked for each epoch's batches at its start
+    'ahead': (True, False, False),  # the next epoch's batches built while an epoch ends
+    'ahead, bytes': (True, True, False),  # and sent as bytes (engine/batches.py's default)
+    # and the newest loss left on the device when a group is read (progress.py; a GPU's default)
+    'ahead, bytes, lagged reads': (True, True, True),
 }
 
 
 @contextlib.contextmanager
 def switched(mode):
-    """Batches' switches set for `mode` inside, put back after."""
-    was = batches.Batches.across, batches.Batches.packed
-    batches.Batches.across, batches.Batches.packed = MODES[mode]
+    """Batches' switches and the trainer's log (its lag) set for `mode` inside, put back after."""
+    was = batches.Batches.across, batches.Batches.packed, trainer.Progress
+    batches.Batches.across, batches.Batches.packed, lag = MODES[mode]
+    # (the trainer asks for the lag on a GPU only; the stand-in device runs beside a CPU trainer)
+    trainer.Progress = lambda *args, lag_=lag, **kwargs: progress.Progress(
+        *args, **dict(kwargs, lag=lag_))
     try:
         yield
     finally:
-        batches.Batches.across, batches.Batches.packed = was
+        batches.Batches.across, batches.Batches.packed, trainer.Progress = was
 
 
 def measure(data, workers, mode, epochs, step_s, launch_s):
@@ -100,9 +111,10 @@ def measure(data, workers, mode, epochs, step_s, launch_s):
 
     real_flush, real_step = progress.Progress.flush, trainer.train_step
 
-    def flush(self, tokens):
-        device.wait()  # reading the losses back waits for the device
-        return real_flush(self, tokens)
+    def flush(self, tokens, keep=0):
+        if len(self.pending) > keep:  # reading the losses back waits for their steps
+            device.wait(self.pending[len(self.pending) - keep - 1][0])
+        return real_flush(self, tokens, keep)
 
     progress.Progress.flush, trainer.train_step = flush, stand_in
     try:

@@ -102,6 +102,7 @@ class Resumable:
         """Everything needed to continue exactly where the run stands: before batch `it` of
         `epoch`, whose order (a shuffle) and seeds are drawn from generator_state."""
         config = trainer.config
+        trainer.progress.flush(trainer.tokens)  # every loss read: none saved after one not finite
         # each rank's own random states: under torchrun the ranks' dropout draws differ (their
         # rows differ, a last short batch leaves one a dummy row), so rank 0's are not theirs
         randoms = distributed.gather(random_states(trainer.device))

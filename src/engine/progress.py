@@ -18,12 +18,16 @@ class LossNotFinite(Exception):
 class Progress:
     """The handout's logging: the progress bar's `epoch E iter I: train loss L. lr LR` and the
     tensorboard scalars train/loss and train/lr every step. Losses stay on the device until
-    log_every steps have gathered (reading one back waits for the GPU), then are read together."""
+    log_every steps have gathered (reading one back waits for the GPU), then are read together.
+    With `lag` (a GPU's) the newest step's loss stays behind: reading it would wait for the
+    step just launched, and the device would then idle while the loop prepares the next one
+    (at an epoch's end 2-3 ms on the 2-core EPYC: scripts/dev/benchmark_loop.py). What saves
+    params or a checkpoint reads every loss first: nothing is saved after a loss not read."""
 
-    def __init__(self, log_every, writer, disable):
-        self.log_every, self.writer, self.disable = log_every, writer, disable
+    def __init__(self, log_every, writer, disable, lag=False):
+        self.log_every, self.writer, self.disable, self.lag = log_every, writer, disable, int(lag)
         self.pbar = None
-        self.pending = []  # (step, loss tensor, lr) not yet read back from the device
+        self.pending = []  # (step, loss tensor, lr, epoch, it) not yet read back from the device
 
     def start(self, total, initial, tokens):
         self.pbar = tqdm(total=total, initial=initial, unit='step', dynamic_ncols=True,
@@ -34,30 +38,37 @@ class Progress:
         self.pbar.total = total
 
     def log(self, step, loss, lr, epoch, it, tokens):
-        self.pending.append((step, loss, lr))
-        self.epoch, self.it = epoch, it
-        if len(self.pending) >= self.log_every:
-            self.flush(tokens)
+        self.pending.append((step, loss, lr, epoch, it))
+        if len(self.pending) >= self.log_every + self.lag:
+            self.flush(tokens, keep=self.lag)
 
-    def flush(self, tokens):
-        if not self.pending:
+    def flush(self, tokens, keep=0):
+        """Read back the pending losses but the newest `keep`; log them."""
+        cut = len(self.pending) - keep
+        ready, self.pending = self.pending[:cut], self.pending[cut:]
+        if not ready:
             return
-        losses = torch.stack([loss for _, loss, _ in self.pending]).float().cpu().tolist()
-        for (step, _, lr), loss in zip(self.pending, losses):
+        losses = torch.stack([entry[1] for entry in ready]).float().cpu().tolist()
+        for (step, _, lr, _, _), loss in zip(ready, losses):
             if not math.isfinite(loss):  # nothing after it could be saved as a model
                 self.pending.clear()
                 raise LossNotFinite(f'the training loss became {loss} at step {step + 1} '
                                     f'(learning rate {lr:g})')
-        for (step, _, lr), loss in zip(self.pending, losses):
+        for (step, _, lr, _, _), loss in zip(ready, losses):
             if self.writer is not None:
                 self.writer.add_scalar('train/loss', loss, step)
                 self.writer.add_scalar('train/lr', lr, step)
-        self.pbar.set_description(f"epoch {self.epoch+1} iter {self.it}: train loss {losses[-1]:.5f}. "
-                                  f"lr {self.pending[-1][2]:e}")
-        self.pbar.update(len(self.pending))
+        _, _, lr, epoch, it = ready[-1]
+        self.pbar.set_description(f"epoch {epoch+1} iter {it}: train loss {losses[-1]:.5f}. "
+                                  f"lr {lr:e}")
+        self.pbar.update(len(ready))
         tok_s = (tokens - self.start_tokens) / max(time.time() - self.start_time, 1e-9)
         self.pbar.set_postfix_str(f'{tok_s:,.0f} tok/s', refresh=False)
-        self.pending.clear()
+
+    def epoch_end(self, tokens, saving):
+        """An epoch's end: its losses read back, a GPU's newest left on the device (lag) unless
+        params are saved now (`saving`): nothing is saved after a loss not read."""
+        self.flush(tokens, keep=0 if saving else self.lag)
 
     def close(self, tokens):
         if self.pbar is not None:

@@ -35,7 +35,7 @@ if [ "$call" = 1 ]; then
     > "$work/tests.log" 2>&1
   echo "rc $?" >> "$work/tests.log"
   tail -3 "$work/tests.log" | tee -a "$summary"
-  say "the loop's own cost beside a 2 ms step (simulated device): workers 4, 8, 12; afresh, ahead, ahead as bytes"
+  say "the loop's own cost beside a 2 ms step (simulated device): workers 4, 8, 12; afresh, ahead, ahead as bytes, and read a step behind"
   timeout 90 "$py" scripts/dev/benchmark_loop.py --workers 4,8,12 --step_ms 2 --epochs 15 \
     --rounds 1 --out "$work/loop.md" > "$work/loop.log" 2>&1
   echo "rc $?" >> "$work/loop.log"; grep -a "^[#|] " "$work/loop.md" | tee -a "$summary"

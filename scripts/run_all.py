@@ -40,7 +40,7 @@ sys.path.insert(0, os.path.join(REPO, 'src'))
 from engine.common import MAX_BUDGET_MINUTES, OneLineParser, source_commit  # noqa: E402
 from engine.datafiles import resolve  # noqa: E402
 from engine.paths import out_folder_problem  # noqa: E402
-from engine.presets import BLOCK_SIZE, PRESETS, model_values  # noqa: E402
+from engine.presets import BLOCK_SIZE, PRESETS, mix, model_values  # noqa: E402
 from utils import evaluate_places  # noqa: E402
 
 # name -> (variant, extra flags, pretrain?)
@@ -259,10 +259,20 @@ def wiki_vocab_size():
     return inputs.read_corpus(resolve('wiki.txt', 'wiki.txt')).vocab_size
 
 
+@functools.lru_cache(maxsize=None)
+def wiki_needed_lengths():
+    """How many positions of each of 2,000 examples of wiki.txt's span corruption can change
+    the loss (flops.needed_lengths): the pretraining's work per example, padding left out."""
+    from engine import flops, inputs
+    return tuple(flops.needed_lengths(inputs.read_corpus(resolve('wiki.txt', 'wiki.txt'))))
+
+
 def pretraining_pace(out, name, device):
     """(tokens per second, model FLOP utilisation) of a model's pretraining from the record run.py
-    wrote beside its params, over that command's wall time; None without one. The FLOPs are the
-    handout's work: every position of every row, forward and backward, on the plain fp32 model."""
+    wrote beside its params, over that command's wall time; None without one. Tokens count every
+    position, as the handout's trainer does. The FLOPs (forward and backward, on the plain fp32
+    model) are those of the positions that can change the loss, the least any path computes
+    (flops.py): of wiki.txt's span corruption, or every position of a preset's mix."""
     if name not in MODELS or not MODELS[name][2]:
         return None
     record = run_record(out, files_of(name)['pretrain'])
@@ -276,7 +286,8 @@ def pretraining_pace(out, name, device):
     from engine import flops
     config = model.config_for(variant, wiki_vocab_size(), BLOCK_SIZE, bottleneck, **sizes,
                               fast_attention=False, skip_padding=False, fast_dropout=False)
-    work = tokens / (BLOCK_SIZE - 1) * flops.training_flops(model.GPT(config), [BLOCK_SIZE - 1])
+    lengths = wiki_needed_lengths() if mix(record['preset']) is None else [BLOCK_SIZE - 1]
+    work = tokens / (BLOCK_SIZE - 1) * flops.training_flops(model.GPT(config), lengths)
     return dict(tokens_per_second=tokens / seconds,
                 mfu=flops.mfu(work, seconds, precision, flops.peaks_of(device)))
 
@@ -325,7 +336,7 @@ def report(out, timings, flags, preset, models=DEFAULT_MODELS, out_arg=None, tim
              f'- device: {info["device"]}', f'- commit: {info["commit"]}', f'- seed: {info["seed"]}',
              f'- date: {info["date"]}',
              f'- command: `{info["command"]}`', '',
-             '| model | dev accuracy | public reference (dev) | handout asks | wall time per stage (s; epochs where a time budget chose them) | pretraining: tokens/s, model FLOP utilisation (the command\'s wall time) |',
+             '| model | dev accuracy | public reference (dev) | handout asks | wall time per stage (s; epochs where a time budget chose them) | pretraining: tokens/s, model FLOP utilisation (the FLOPs of the positions that can change the loss, over the command\'s wall time) |',
              '|---|---|---|---|---|---|']
     for r in rows:
         acc = '-' if r['dev'] is None else f"{r['dev']['percent']:.1f}% ({r['dev']['correct']:.0f}/{r['dev']['total']:.0f})"

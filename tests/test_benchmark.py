@@ -33,6 +33,26 @@ def test_flops_per_example_is_the_vanilla_models_matmul_count(preset, width, mon
     assert got == pytest.approx(expected, rel=1e-9)
 
 
+@pytest.mark.parametrize('variant', ['vanilla', 'synthesizer', 'perceiver', 'rope'])
+def test_flops_from_a_few_counted_lengths_are_every_lengths_count(variant):
+    """training_flops counts a few lengths and takes the others from the quadratic they
+    confirm: the same mean as counting every length, also across the perceiver's bottleneck
+    (16 here), where the count changes form."""
+    from torch.utils.flop_counter import FlopCounterMode
+    conf = benchmark.model.config_for(variant, 30, 128, 16, n_layer=1, n_head=2, n_embd=16,
+                                      fast_attention=False, skip_padding=False)
+    gpt = benchmark.model.GPT(conf)
+    lengths = [1, 2, 3, 5, 9, 12] + list(range(14, 20)) + [23, 30, 41, 64, 65, 99, 120, 127] * 2
+    counted = {}
+    for n in set(lengths):
+        x = torch.ones(1, n, dtype=torch.long)
+        with FlopCounterMode(display=False) as counter:
+            gpt(x, x)[1].backward()
+        counted[n] = counter.get_total_flops()
+    want = sum(counted[n] for n in lengths) / len(lengths)
+    assert benchmark.training_flops(gpt, lengths) == want
+
+
 def test_mfu_is_flops_per_second_over_the_precisions_peak():
     assert benchmark.mfu(3e12, 2.0, 'bf16', {'fp32': 10.0, 'bf16': 6.0}) == '1.5 TFLOP/s, 25.0%'
     assert benchmark.mfu(3e12, 2.0, 'bf16', {}) == '—'

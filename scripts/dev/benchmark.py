@@ -43,7 +43,6 @@ sys.path.insert(0, os.path.join(REPO, 'src'))
 from engine import cpu_paths  # noqa: E402
 import dataset  # noqa: E402
 from engine import devices  # noqa: E402
-from engine.fastpath import kept_lengths  # noqa: E402
 import model  # noqa: E402
 from engine import presets  # noqa: E402
 import trainer  # noqa: E402
@@ -51,7 +50,7 @@ import utils  # noqa: E402
 from engine.datafiles import resolve  # noqa: E402
 from engine.decode import greedy_complete  # noqa: E402
 from engine.devices import bf16_supported  # noqa: E402
-from engine.flops import mfu, peaks_of, training_flops  # noqa: E402
+from engine.flops import mfu, needed_lengths, peaks_of, training_flops  # noqa: E402
 
 
 def build(variant, vocab, fast, preset='handout'):
@@ -185,13 +184,6 @@ def against_candidates(variant, wiki, batch, args, default, rounds=3):
 
 def median(values):
     return sorted(values)[len(values) // 2]
-
-
-def needed_lengths(data, rows=2000):
-    """How many positions of each of `rows` examples can change the loss (up to the last non-PAD
-    target, see model.GPT.packed_loss): a list of lengths, each at most 127."""
-    targets = torch.stack([data[i % len(data)][1] for i in range(rows)])
-    return kept_lengths(targets).tolist()
 
 
 def flops_per_example(variant, vocab, lengths, preset):

@@ -58,3 +58,12 @@ def test_the_report_gives_a_row_per_configuration_and_the_receive_costs():
     assert '| 4 | afresh | 3.00 | 40.0 | 60% |' in lines  # medians of the two rounds
     assert '| 4 | ahead, bytes | 1.00 | 3.0 | 33% |' in lines
     assert '| as tensors | 1.80 |' in lines and '| as bytes | 0.80 |' in lines
+
+
+def test_too_few_epochs_to_measure_is_one_error_line():
+    """The first epoch (the workers' start-up) is left out: one epoch leaves nothing to count."""
+    import subprocess
+    proc = subprocess.run([sys.executable, os.path.join(REPO, 'scripts', 'dev', 'benchmark_loop.py'),
+                           '--epochs', '1'], capture_output=True, text=True, timeout=60)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode != 0 and len(lines) == 1 and lines[0].startswith('error: --epochs 2')

@@ -165,6 +165,9 @@ def main():
     p.add_argument('--corpus', default=None, help="the pretraining corpus (default wiki.txt)")
     p.add_argument('--out', default=None, help='also write the tables here, after every round')
     args = p.parse_args()
+    if args.epochs < 2 or args.rounds < 1:
+        raise SystemExit('error: --epochs 2 or more (the first, the workers\' start-up, is not '
+                         'counted) and --rounds 1 or more')
     counts = [int(w) for w in args.workers.split(',')]
     if any(w < 1 for w in counts):
         raise SystemExit('error: --workers: worker counts are 1 or more '

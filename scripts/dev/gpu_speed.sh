@@ -4,7 +4,7 @@
 #                                         # recorded ones; the training loop's own cost
 #                                         # (benchmark_loop.py); benchmark.py's step times in fp32,
 #                                         # tf32, bf16: eager and --compile graphs, each also
-#                                         # packed (--pack_multiple 512) (~5.5 min; at most 8)
+#                                         # packed (--pack_multiple 512) (~6 min; at most 9)
 #   bash scripts/dev/gpu_speed.sh 2 SHA   # run_all's vanilla, whole, under --compile graphs (the
 #                                         # step recorded, nothing compiled) and --pack_multiple
 #                                         # 512, in fp32, tf32, then bf16 (<= 9.5 min)
@@ -29,9 +29,10 @@ pack() { tar czf "$out/call$call.tgz" --exclude='*.params' --exclude='*.ckpt' "$
 trap pack EXIT
 if [ "$call" = 1 ]; then
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$summary"
-  say "CUDA tests: the precisions' switches, the packed, compiled and recorded steps"
-  timeout 150 "$py" -m pytest -q -p no:cacheprovider tests/test_devices.py tests/test_fast_paths.py \
-    tests/test_graphs.py -k "devices or graphs or (cuda and (compile or packed or skipped))" \
+  say "CUDA tests: the precisions' switches, the packed, compiled and recorded steps; run.py end to end"
+  timeout 200 "$py" -m pytest -q -p no:cacheprovider tests/test_devices.py tests/test_fast_paths.py \
+    tests/test_graphs.py tests/test_resume.py \
+    -k "devices or graphs or (cuda and (compile or packed or skipped)) or end_to_end_on_cuda" \
     > "$work/tests.log" 2>&1
   echo "rc $?" >> "$work/tests.log"
   tail -3 "$work/tests.log" | tee -a "$summary"

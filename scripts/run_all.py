@@ -253,18 +253,19 @@ def steps_per_epoch(out, curves):
 
 
 @functools.lru_cache(maxsize=None)
-def wiki_vocab_size():
-    """The pretraining corpus's vocabulary, read once for all the models of a report."""
+def wiki():
+    """The pretraining corpus (its CharCorruptionDataset), read once for all the models of a
+    report: its vocabulary, and how much of its examples can change the loss."""
     from engine import inputs
-    return inputs.read_corpus(resolve('wiki.txt', 'wiki.txt')).vocab_size
+    return inputs.read_corpus(resolve('wiki.txt', 'wiki.txt'))
 
 
 @functools.lru_cache(maxsize=None)
 def wiki_needed_lengths():
     """How many positions of each of 2,000 examples of wiki.txt's span corruption can change
     the loss (flops.needed_lengths): the pretraining's work per example, padding left out."""
-    from engine import flops, inputs
-    return tuple(flops.needed_lengths(inputs.read_corpus(resolve('wiki.txt', 'wiki.txt'))))
+    from engine import flops
+    return tuple(flops.needed_lengths(wiki()))
 
 
 def pretraining_pace(out, name, device):
@@ -284,7 +285,7 @@ def pretraining_pace(out, name, device):
         return None
     import model
     from engine import flops
-    config = model.config_for(variant, wiki_vocab_size(), BLOCK_SIZE, bottleneck, **sizes,
+    config = model.config_for(variant, wiki().vocab_size, BLOCK_SIZE, bottleneck, **sizes,
                               fast_attention=False, skip_padding=False, fast_dropout=False)
     lengths = wiki_needed_lengths() if mix(record['preset']) is None else [BLOCK_SIZE - 1]
     work = tokens / (BLOCK_SIZE - 1) * flops.training_flops(model.GPT(config), lengths)

@@ -5,9 +5,11 @@
 #                                         # (benchmark_loop.py); benchmark.py's step times in fp32,
 #                                         # tf32, bf16: eager and --compile graphs, each also
 #                                         # packed (--pack_multiple 512) (~6 min; at most 9)
-#   bash scripts/dev/gpu_speed.sh 2 SHA   # run_all's vanilla, whole, under --compile graphs (the
-#                                         # step recorded, nothing compiled) and --pack_multiple
-#                                         # 512, in fp32, tf32, then bf16 (<= 9.5 min)
+#   bash scripts/dev/gpu_speed.sh 2 SHA [RUN.PY FLAGS]   # run_all's vanilla, whole, under
+#                                         # --compile graphs (the step recorded, nothing compiled)
+#                                         # and --pack_multiple 512, then the flags given (e.g.
+#                                         # --pack_multiple 0: every position), in fp32, tf32,
+#                                         # then bf16 (<= 9.2 min)
 #   bash scripts/dev/gpu_speed.sh 3 SHA [RUN.PY FLAGS]   # the whole assignment (London, no
 #                                         # pretraining, vanilla, synthesizer, perceiver, rope)
 #                                         # in one run_all under --compile graphs and the flags
@@ -48,11 +50,12 @@ if [ "$call" = 1 ]; then
     echo "rc $?" >> "$work/bench_$p.log"; grep -a "^| pretrain" "$work/bench_$p.md" | tee -a "$summary"
   done
 elif [ "$call" = 2 ]; then
+  shift 2
   for p in fp32:250 tf32:150 bf16:150; do
     s=${p#*:}; p=${p%:*}
-    say "run_all vanilla $p --compile graphs --pack_multiple 512 (at most $s s)"
+    say "run_all vanilla $p --compile graphs --pack_multiple 512 $* (at most $s s)"
     timeout $s "$py" scripts/run_all.py --preset handout --models vanilla --out "$work/$p" -- \
-      --device cuda --precision $p --compile graphs --pack_multiple 512 \
+      --device cuda --precision $p --compile graphs --pack_multiple 512 "$@" \
       > "$work/$p.stdout.log" 2>&1
     echo "rc $?" >> "$work/$p.stdout.log"; grep -a "^| vanilla" "$work/$p/report.md" | tee -a "$summary"
   done

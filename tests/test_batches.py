@@ -173,33 +173,33 @@ def test_a_run_with_workers_lets_its_process_exit(tmp_path):
 @pytest.mark.parametrize('low,high,small', [(0, 255, torch.uint8), (0, 256, torch.int16),
                                              (-100, 40, torch.int16), (0, 40000, torch.int32),
                                              (-1, 2 ** 40, torch.int64)])
-def test_a_packed_batch_unpacks_to_the_same_tensors(low, high, small):
+def test_a_batch_sent_as_bytes_comes_back_as_the_same_tensors(low, high, small):
     """Workers send a batch's ids as the bytes of the smallest integer type holding them; the
     loop gets back the very tensors (values, dtype, shape)."""
     x = torch.randint(low, high + 1, (5, 7), generator=torch.Generator().manual_seed(0))
     y = torch.randint(low, high + 1, (5, 7), generator=torch.Generator().manual_seed(1))
     x[0, 0], y[0, 0] = low, high
-    packed = batches.pack(x, y)
-    assert packed.small == small
-    px, py = packed.unpack()
+    sent = batches.to_bytes(x, y)
+    assert sent.small == small
+    px, py = sent.tensors()
     assert px.dtype == py.dtype == torch.long and torch.equal(px, x) and torch.equal(py, y)
 
 
-def test_what_cannot_be_packed_goes_as_it_is():
+def test_what_is_not_a_batch_of_ids_goes_as_it_is():
     x, y = torch.zeros(3, 4, dtype=torch.long), torch.zeros(3, 5, dtype=torch.long)
-    assert batches.pack(x, y) == (x, y)  # two shapes
+    assert batches.to_bytes(x, y) == (x, y)  # two shapes
     f = torch.zeros(3, 4)
-    assert batches.pack(f, f) == (f, f)  # not ids
+    assert batches.to_bytes(f, f) == (f, f)  # not ids
     i = torch.zeros(3, 4, dtype=torch.int32)
-    assert batches.pack(i, i) == (i, i)  # ids, but not as the datasets give them
+    assert batches.to_bytes(i, i) == (i, i)  # ids, but not as the datasets give them
 
 
 def test_the_handouts_batches_travel_as_bytes():
     data = dataset.CharCorruptionDataset(CORPUS, 64)
     x, y = batches.collate(data, list(range(8)), 3)
-    packed = batches.pack(x, y)
-    assert isinstance(packed, batches.Packed) and packed.small == torch.uint8
-    assert len(packed.data) == 2 * x.numel()  # a byte an id, against 8 as int64
+    sent = batches.to_bytes(x, y)
+    assert isinstance(sent, batches.BatchBytes) and sent.small == torch.uint8
+    assert len(sent.data) == 2 * x.numel()  # a byte an id, against 8 as int64
 
 
 # ---- trim_padding ---------------------------------------------------------------------------------

@@ -45,7 +45,7 @@ def test_the_stand_in_loop_trains_every_step_either_way():
         assert steps == 2 * batches.steps_per_epoch(len(data), 128)  # the first epoch left out
         assert idle >= 0 and at_starts >= 0
         assert benchmark_loop.receive(data, 1, mode, count=3, pause=0.0) > 0
-    assert batches.Batches.across is True and batches.Batches.packed is True  # put back
+    assert batches.Batches.across is True and batches.Batches.as_bytes is True  # put back
     assert benchmark_loop.trainer.Progress is benchmark_loop.progress.Progress
 
 

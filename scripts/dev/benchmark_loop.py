@@ -73,7 +73,7 @@ def busy(seconds, clock=time.perf_counter):
         pass
 
 
-MODES = {  # name -> (Batches.across, Batches.packed, the log's lag)
+MODES = {  # name -> (Batches.across, Batches.as_bytes, the log's lag)
     'afresh': (False, False, False),  # the loader asked for each epoch's batches at its start
     'ahead': (True, False, False),  # the next epoch's batches built while an epoch ends
     'ahead, bytes': (True, True, False),  # and sent as bytes (engine/batches.py's default)
@@ -85,15 +85,15 @@ MODES = {  # name -> (Batches.across, Batches.packed, the log's lag)
 @contextlib.contextmanager
 def switched(mode):
     """Batches' switches and the trainer's log (its lag) set for `mode` inside, put back after."""
-    was = batches.Batches.across, batches.Batches.packed, trainer.Progress
-    batches.Batches.across, batches.Batches.packed, lag = MODES[mode]
+    was = batches.Batches.across, batches.Batches.as_bytes, trainer.Progress
+    batches.Batches.across, batches.Batches.as_bytes, lag = MODES[mode]
     # (the trainer asks for the lag on a GPU only; the stand-in device runs beside a CPU trainer)
     trainer.Progress = lambda *args, lag_=lag, **kwargs: progress.Progress(
         *args, **dict(kwargs, lag=lag_))
     try:
         yield
     finally:
-        batches.Batches.across, batches.Batches.packed, trainer.Progress = was
+        batches.Batches.across, batches.Batches.as_bytes, trainer.Progress = was
 
 
 def measure(data, workers, mode, epochs, step_s, launch_s):

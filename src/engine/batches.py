@@ -100,7 +100,7 @@ class Batches:
     restarts the loader: what was built ahead is dropped, never trained on."""
 
     across = True  # the next epoch's batches built ahead (benchmark_loop.py: False to compare)
-    packed = True  # workers send batches as bytes (pack; benchmark_loop.py: False to compare)
+    as_bytes = True  # workers send batches as bytes (benchmark_loop.py: False to compare)
 
     def __init__(self, dataset, workers=0, batch_size=1, shuffle=False):
         self.dataset, self.batch_size, self.shuffle = dataset, batch_size, shuffle
@@ -109,7 +109,7 @@ class Batches:
         if workers > 0:
             # a generator of its own: the loader draws its workers' base seed from it, not from
             # torch's global one, whose next numbers are this run's dropout masks
-            self.loader = DataLoader(_BatchDataset(dataset, self.packed), batch_size=None,
+            self.loader = DataLoader(_BatchDataset(dataset, self.as_bytes), batch_size=None,
                                      sampler=self.sampler,
                                      num_workers=workers,
                                      persistent_workers=True, prefetch_factor=4,
@@ -149,7 +149,7 @@ class Batches:
         for _ in range(n):
             batch = next(self.iterator)
             self.sampler.stream.out.popleft()  # the workers' batches come in the order handed out
-            yield batch.unpack() if isinstance(batch, Packed) else batch
+            yield batch.tensors() if isinstance(batch, BatchBytes) else batch
 
 
 def _leave_stop_signals_to_the_run(worker_id):
@@ -162,20 +162,20 @@ def _leave_stop_signals_to_the_run(worker_id):
 
 class _BatchDataset:
     """A dataset of whole batches for the DataLoader's workers: item (indices, seed) is
-    collate(dataset, indices, seed), packed (pack) where Batches.packed says so."""
+    collate(dataset, indices, seed), as bytes (to_bytes) where Batches.as_bytes says so."""
 
-    def __init__(self, dataset, packed):
-        self.dataset, self.packed = dataset, packed
+    def __init__(self, dataset, as_bytes):
+        self.dataset, self.as_bytes = dataset, as_bytes
 
     def __getitem__(self, batch):
         x, y = collate(self.dataset, *batch)
-        return pack(x, y) if self.packed else (x, y)
+        return to_bytes(x, y) if self.as_bytes else (x, y)
 
 
-SMALL = (torch.uint8, torch.int16, torch.int32)  # what a packed batch's ids may travel as
+SMALL = (torch.uint8, torch.int16, torch.int32)  # what a batch's ids may travel as
 
 
-def pack(x, y):
+def to_bytes(x, y):
     """A batch as a worker sends it: its ids as the bytes of the smallest integer type that
     holds them. (A tensor crosses processes as a shared-memory file descriptor passed over a
     socket: taking a built batch of two cost the loop 1.8 ms on the 2-core EPYC, the bytes
@@ -187,15 +187,15 @@ def pack(x, y):
     low, high = (int(both.min()), int(both.max())) if both.numel() else (0, 0)
     small = next((t for t in SMALL if torch.iinfo(t).min <= low and high <= torch.iinfo(t).max),
                  torch.long)
-    return Packed(tuple(both.shape), small, both.to(small).numpy().tobytes())
+    return BatchBytes(tuple(both.shape), small, both.to(small).numpy().tobytes())
 
 
-class Packed(collections.namedtuple('Packed', 'shape small data')):
-    """A batch packed by a worker (pack): x and y stacked, their shape, the type the ids
+class BatchBytes(collections.namedtuple('BatchBytes', 'shape small data')):
+    """A batch as a worker sends it (to_bytes): x and y stacked, their shape, the type the ids
     travel as, and their bytes."""
 
-    def unpack(self):
-        """(x, y) as they were packed, bit for bit."""
+    def tensors(self):
+        """(x, y) as they were sent, bit for bit."""
         both = torch.frombuffer(bytearray(self.data), dtype=self.small).view(self.shape).long()
         return both[0], both[1]
 

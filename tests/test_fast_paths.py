@@ -559,15 +559,46 @@ def test_packed_training_matches_the_plain_loop(data, name, device, monkeypatch)
     assert max(sizes) < 6 * 128  # (fewer positions than the batch holds: packing did something)
 
 
-def test_run_pys_pack_multiple_reaches_every_training_stage():
+def checked_args(extra, monkeypatch, tmp_path, device='cuda', world_size='1'):
+    """run.py's arguments after command.check_args, as if on `device` (a stand-in: the choice of
+    defaults only asks which device there is) in a run of `world_size` processes."""
     import run
+    from engine import command, devices
+    from tiny_run import CORPUS
+    (tmp_path / 'wiki.txt').write_text(CORPUS, encoding='utf-8')
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(devices, 'pick_device', lambda name: device)
+    monkeypatch.setenv('WORLD_SIZE', world_size)
+    args = run.parse_args(['pretrain', 'vanilla', 'wiki.txt', '--writing_params_path', 'x.params']
+                          + extra)
+    command.check_args(args)
+    return args
+
+
+@pytest.mark.parametrize('extra, device, world_size, compile_, packs', [
+    ([], 'cuda', '1', 'graphs', (512, 0)),  # one GPU: recorded steps, pretraining packed
+    ([], 'cuda', '2', False, (0, 0)),  # torchrun: eager steps, every position
+    ([], 'cpu', '1', False, (0, 0)),  # a CPU packs in its own groups (pack_multiple 0)
+    (['--plain'], 'cuda', '1', False, (0, 0)),  # the handout's computations
+    (['--compile', 'none'], 'cuda', '1', False, (0, 0)),
+    (['--compile'], 'cuda', '1', 'default', (0, 0)),
+    (['--pack_multiple', '0'], 'cuda', '1', 'graphs', (0, 0)),
+    (['--pack_multiple', '256'], 'cuda', '1', 'graphs', (256, 256)),  # asked: every stage
+    (['--compile', 'none', '--pack_multiple', '512'], 'cuda', '1', False, (512, 512)),
+])
+def test_gpu_defaults_record_the_step_and_pack_pretraining(extra, device, world_size, compile_,
+                                                           packs, monkeypatch, tmp_path):
+    """--compile and --pack_multiple unset take what the H100 loans measured fastest on one GPU
+    (docs/gpu.md): the step recorded, and pretraining (not finetuning: slower there) packed to
+    multiples of 512 positions; elsewhere, and where the flags say otherwise, what they say."""
     from engine import command
-    for extra, want in (([], 0), (['--pack_multiple', '512'], 512)):
-        args = run.parse_args(['pretrain', 'vanilla', 'wiki.txt', '--writing_params_path', 'x']
-                              + extra)
-        args.edition = '2021-23'
-        for stage in ('pretrain', 'finetune_scratch', 'finetune_pretrained'):
-            assert command.trainer_config(args, stage, 100, 'cuda')[0].pack_multiple == want
+    args = checked_args(extra, monkeypatch, tmp_path, device, world_size)
+    assert args.compile == compile_
+    got = tuple(command.trainer_config(args, stage, 100, device)[0]
+                for stage in ('pretrain', 'finetune_pretrained'))
+    assert tuple(c.pack_multiple for c in got) == packs
+    assert all(c.compile == compile_ for c in got)
+    assert command.trainer_config(args, 'finetune_scratch', 100, device)[0].pack_multiple == packs[1]
 
 
 @pytest.mark.parametrize('name', VARIANTS)
@@ -607,7 +638,7 @@ def test_the_cuda_graph_step_wrapper_leaves_training_unchanged(data, monkeypatch
 def test_compile_takes_a_mode_and_alone_means_the_default():
     import run
     base = ['pretrain', 'vanilla', 'wiki.txt', '--writing_params_path', 'x.params']
-    assert run.parse_args(base).compile is False
+    assert run.parse_args(base).compile == 'auto'  # (check_args resolves it: the test above)
     assert run.parse_args(base[:3] + ['--compile'] + base[3:]).compile == 'default'
     assert run.parse_args(base + ['--compile', 'reduce-overhead']).compile == 'reduce-overhead'
     with pytest.raises(SystemExit):

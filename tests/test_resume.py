@@ -180,7 +180,8 @@ def test_a_sigterm_to_the_whole_process_group_with_workers_still_writes_the_chec
                     reason='no CUDA device here (on a GPU machine: bash scripts/gpu_check.sh)')
 def test_run_py_end_to_end_on_cuda(tmp_path):
     """The handout's commands on the GPU as run_all gives them, before the assignment stage meets
-    them: pretraining in the default precision (fp32 on a GPU) and the GPU's 4 DataLoader workers,
+    them: pretraining in the defaults on one GPU (fp32, the step recorded as CUDA graphs, the
+    positions packed) and the GPU's 4 DataLoader workers,
     stopped by a SIGTERM to its whole process group (as timeout sends it), resumed to the end;
     finetuning; evaluation of the dev questions (one prediction per question, the accuracy
     line)."""

@@ -30,6 +30,10 @@ from engine.common import UsageError
 from engine.datafiles import resolve
 from engine.decode import greedy_complete
 
+# --pack_multiple's default under --compile graphs, in pretraining only: on an H100 packing made
+# the recorded pretraining step 1.4-1.5x faster and the finetuning one slower (docs/gpu.md)
+GPU_PACK_MULTIPLE = 512
+
 
 def add_engine_flags(argp):
     """run.py's flags beyond the handout's: unset, they change nothing."""
@@ -65,19 +69,22 @@ def add_engine_flags(argp):
                             'tf32 (a GPU\'s): fp32 with the matrix products on tensor cores. '
                             'bf16: autocast, on a GPU with the flash attention kernel (the '
                             'others stalled there)')
-    extra.add_argument('--compile', nargs='?', const='default', default=False,
-                       choices=('default', 'reduce-overhead', 'graphs'),
-                       help='torch.compile the model (GPU or CPU; the first steps compile); '
-                            'reduce-overhead: on a GPU its steps also replay CUDA graphs (one '
-                            'recorded per batch shape); graphs (a GPU\'s): nothing compiled, the '
-                            'whole training step (forward, backward, AdamW) recorded as a CUDA '
-                            'graph per batch shape and replayed')
-    extra.add_argument('--pack_multiple', type=int, default=0, metavar='N',
+    extra.add_argument('--compile', nargs='?', const='default', default='auto',
+                       choices=('auto', 'none', 'default', 'reduce-overhead', 'graphs'),
+                       help='auto (default): graphs when training on one GPU (one process, not '
+                            '--plain), else none. default: torch.compile the model (GPU or CPU; '
+                            'the first steps compile); reduce-overhead: on a GPU its steps also '
+                            'replay CUDA graphs (one recorded per batch shape); graphs (a GPU\'s): '
+                            'nothing compiled, the whole training step (forward, backward, AdamW) '
+                            'recorded as a CUDA graph per batch shape and replayed; none: eager '
+                            'steps')
+    extra.add_argument('--pack_multiple', type=int, default=None, metavar='N',
                        help='training on a GPU: compute only the positions that can change the '
                             'loss, as a CPU does (about half of a pretraining batch; the same '
                             'loss, other dropout masks), packed into a number of positions '
                             'rounded up to a multiple of N (a few shapes for --compile graphs); '
-                            '0 (default): every position')
+                            '0: every position; default: %d in pretraining under --compile '
+                            'graphs, else 0' % GPU_PACK_MULTIPLE)
     extra.add_argument('--plain', '--plain_attention', action='store_true', dest='plain',
                        help='compute as the handout does (same results, slower): written-out '
                             'attention instead of scaled_dot_product_attention, every padded '
@@ -107,15 +114,18 @@ def check_args(args):
     if args.bottleneck_dim <= 0 or args.bottleneck_dim > presets.BLOCK_SIZE:
         raise UsageError(f'--bottleneck_dim must be from 1 to the block size {presets.BLOCK_SIZE}, '
                          f'not {args.bottleneck_dim}')
-    on_cpu = (args.precision == 'tf32' or args.compile == 'graphs') \
-        and devices.pick_device(args.device) == 'cpu'  # (a GPU's options only)
+    on_cpu = devices.pick_device(args.device) == 'cpu'
+    one_process = int(os.environ.get('WORLD_SIZE', '1')) == 1
+    if args.compile == 'auto':  # what the H100 loans measured fastest (docs/gpu.md)
+        args.compile = 'graphs' if not on_cpu and one_process and not args.plain else 'none'
     if args.precision == 'tf32' and on_cpu:
         raise UsageError('--precision tf32 is a GPU\'s arithmetic (fp32 matrix products on NVIDIA '
                          'tensor cores); on a CPU use fp32 or bf16')
-    if args.compile == 'graphs' and (on_cpu or int(os.environ.get('WORLD_SIZE', '1')) > 1):
+    if args.compile == 'graphs' and (on_cpu or not one_process):
         raise UsageError('--compile graphs records CUDA graphs: it needs a GPU and one process '
                          '(not torchrun)')
-    if args.pack_multiple < 0:
+    args.compile = False if args.compile == 'none' else args.compile
+    if args.pack_multiple is not None and args.pack_multiple < 0:
         raise UsageError(f'--pack_multiple must be 0 or more, not {args.pack_multiple}')
     if args.pack_multiple and args.plain:
         raise UsageError('--pack_multiple and --plain contradict each other: --plain computes '
@@ -123,7 +133,7 @@ def check_args(args):
     if args.pack_multiple and args.compile in ('default', 'reduce-overhead'):
         raise UsageError(f'--pack_multiple runs eager steps or --compile graphs, not '
                          f'--compile {args.compile} (a new size would recompile)')
-    if args.pack_multiple and devices.pick_device(args.device) == 'cpu':
+    if args.pack_multiple and on_cpu:
         raise UsageError('--pack_multiple is a GPU\'s: a CPU computes only the positions that '
                          'can change the loss already, in its own groups')
     if args.num_workers is not None and args.num_workers < 0:
@@ -225,6 +235,15 @@ def build_model(args, vocab_size, block_size, device, **changes):
 
 
 
+def pack_multiple(args, stage):
+    """--pack_multiple for `stage`: the flag's, else GPU_PACK_MULTIPLE where it measured faster
+    (pretraining's recorded steps), else 0 (every position)."""
+    if args.pack_multiple is not None:
+        return args.pack_multiple
+    return GPU_PACK_MULTIPLE if stage == 'pretrain' and args.compile == 'graphs' and not args.plain \
+        else 0
+
+
 def trainer_config(args, stage, pretrain_len, device, writer=None):
     """(The TrainerConfig of `stage` ('pretrain', 'finetune_scratch', 'finetune_pretrained') for
     this command, its time budget in minutes or None): the preset's values, the flags' where
@@ -244,7 +263,7 @@ def trainer_config(args, stage, pretrain_len, device, writer=None):
         **values, final_tokens=final, writer=writer, device=device,
         precision=devices.pick_precision(args.precision, device, training=True,
                                          measure=presets.adapts(args.preset)),
-        compile=args.compile, pack_multiple=args.pack_multiple,
+        compile=args.compile, pack_multiple=pack_multiple(args, stage),
         path_cache=cpu_paths.default_path_cache(),
         log_every=1 if device == 'cpu' else 25,
         follow_load=presets.adapts(args.preset) and cpu_load.follows(),
@@ -257,8 +276,9 @@ def trainer_config(args, stage, pretrain_len, device, writer=None):
         budget_after=args.time_budget_after)
     if tconf.precision == 'bf16' and device.startswith('cuda') and distributed.rank() == 0:
         print('note: --precision bf16 on a GPU attends with the flash kernel: under bf16 the '
-              'handout\'s pretraining stopped learning with the others on an H100, and flash was '
-              'measured for 40 epochs only (results/h100-80gb-hbm3/README.md)',
+              'handout\'s pretraining stopped learning with cuDNN\'s and the memory-efficient '
+              'one on an H100, and followed fp32 with flash over its 650 epochs '
+              '(results/h100-80gb-hbm3/README.md)',
               file=sys.stderr, flush=True)
     return tconf, budget
 
@@ -332,7 +352,8 @@ def save_params(gpt, args, device, run, tconf, budget, stage):
     write_record(args, path, device, stage=stage, precision=run.precision, plan=run.plan.record(),
                  learning_rate=tconf.learning_rate, batch_size=tconf.batch_size,
                  weight_decay=tconf.weight_decay, decay_rule=tconf.decay_rule,
-                 shuffle=tconf.shuffle, pack_multiple=tconf.pack_multiple or None,
+                 shuffle=tconf.shuffle, compile=tconf.compile or None,
+                 pack_multiple=tconf.pack_multiple or None,
                  warmup_tokens=tconf.warmup_tokens,
                  final_tokens=run.schedule.final_tokens, decay_share=tconf.decay_share,
                  n_layer=inputs.layers_of(gpt.state_dict()),

@@ -26,6 +26,7 @@ import torch
 from engine import cpu_load
 from engine import cpu_paths
 from engine import distributed
+from engine import graphs
 from engine.batches import steps_per_epoch, workers_for
 from engine.budget import budgeted, epochs_that_fit, kept
 from engine.common import UsageError
@@ -98,7 +99,8 @@ def make(model, dataset, config, step, optimizer, clock=time.time, cpu_times=cpu
     set_path(plan, model, device)
     if not (budget or candidates):  # nothing to measure or choose
         return plan, model
-    timer = StepTimer(model, dataset, config, device, step, optimizer, clock)
+    # (under --compile graphs the recorded step's pace: an eager one took about twice as long)
+    timer = StepTimer(model, dataset, config, device, graphs.steps(config, step), optimizer, clock)
     meter = cpu_load.LoadMeter(clock, cpu_times)
     one_epoch = config.max_epochs <= 1  # (a run the choice of a path cannot change much)
     measures = budget or (len(candidates) > 1 and not one_epoch and not distributed.active())

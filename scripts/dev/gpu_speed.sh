@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The next loan's calls for #53 (docs/gpu.md): the faster arithmetics under CUDA graphs.
-#   bash scripts/dev/gpu_speed.sh 1 SHA   # CUDA tests of the precisions, the packed steps and the
-#                                         # recorded ones; the training loop's own cost
-#                                         # (benchmark_loop.py); benchmark.py's step times in fp32,
-#                                         # tf32, bf16: eager and --compile graphs, each also
-#                                         # packed (--pack_multiple 512) (~6 min; at most 9)
+#   bash scripts/dev/gpu_speed.sh 1 SHA   # CUDA tests of the recorded steps and of run.py end to
+#                                         # end in the GPU defaults; profile_step.py: where the
+#                                         # pretraining step's time goes in fp32, tf32, bf16, with
+#                                         # the attention kernels default and math (~3 min; at
+#                                         # most 5.5). (The sixth loan's call 1 was the step and
+#                                         # loop benchmarks: git show 184ea59:scripts/dev/gpu_speed.sh)
 #   bash scripts/dev/gpu_speed.sh 2 SHA [RUN.PY FLAGS]   # run_all's vanilla, whole, under
 #                                         # --compile graphs (the step recorded, nothing compiled)
 #                                         # and --pack_multiple 512, then the flags given (e.g.
@@ -31,24 +32,15 @@ pack() { tar czf "$out/call$call.tgz" --exclude='*.params' --exclude='*.ckpt' "$
 trap pack EXIT
 if [ "$call" = 1 ]; then
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$summary"
-  say "CUDA tests: the precisions' switches, the packed, compiled and recorded steps; run.py end to end"
-  timeout 200 "$py" -m pytest -q -p no:cacheprovider tests/test_devices.py tests/test_fast_paths.py \
-    tests/test_graphs.py tests/test_resume.py \
-    -k "devices or graphs or (cuda and (compile or packed or skipped)) or end_to_end_on_cuda" \
-    > "$work/tests.log" 2>&1
+  say "CUDA tests: run.py end to end in the GPU defaults (recorded, packed), resumed; the recorded steps"
+  timeout 120 "$py" -m pytest -q -p no:cacheprovider tests/test_graphs.py tests/test_resume.py \
+    -k "graphs or end_to_end_on_cuda" > "$work/tests.log" 2>&1
   echo "rc $?" >> "$work/tests.log"
   tail -3 "$work/tests.log" | tee -a "$summary"
-  say "the loop's own cost beside a 2 ms step (simulated device): workers 4, 8, 12; afresh, ahead, ahead as bytes, and read a step behind"
-  timeout 90 "$py" scripts/dev/benchmark_loop.py --workers 4,8,12 --step_ms 2 --epochs 15 \
-    --rounds 1 --out "$work/loop.md" > "$work/loop.log" 2>&1
-  echo "rc $?" >> "$work/loop.log"; grep -a "^[#|] " "$work/loop.md" | tee -a "$summary"
-  for p in fp32 tf32 bf16; do
-    say "benchmark $p"
-    timeout 80 "$py" scripts/dev/benchmark.py --device cuda --compile graphs --precision $p \
-      --pack_multiple 512 --variants vanilla --steps 20 --eval_questions 50 \
-      --out "$work/bench_$p.md" > "$work/bench_$p.log" 2>&1
-    echo "rc $?" >> "$work/bench_$p.log"; grep -a "^| pretrain" "$work/bench_$p.md" | tee -a "$summary"
-  done
+  say "where the pretraining step's time goes: fp32, tf32, bf16; attention kernels default, math"
+  timeout 180 "$py" scripts/dev/profile_step.py --device cuda --precision fp32,tf32,bf16 \
+    --attention default,math --steps 20 --out "$work/profile.md" > "$work/profile.log" 2>&1
+  echo "rc $?" >> "$work/profile.log"; grep -a "^| [ft][pfb]\|failed:" "$work/profile.md" | tee -a "$summary"
 elif [ "$call" = 2 ]; then
   shift 2
   for p in fp32:250 tf32:150 bf16:150; do

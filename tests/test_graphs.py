@@ -4,6 +4,8 @@ runs it at each replay, writing its loss into the one tensor a recording hands o
 graph does: what is checked here is what the engine does around the graph (the shapes, the
 copies into the graph's inputs, the learning rate read from device tensors, the loss copied out
 of the graph's memory). On a GPU the real graphs run the same comparison."""
+import re
+
 import pytest
 import torch
 from torch.utils.data import Subset
@@ -14,6 +16,7 @@ from conftest import LossLog
 from engine import batches, fastpath, graphs
 from test_fast_paths import (VARIANTS, assert_same_run, data, fast_and_plain,  # noqa: F401
                              packed_sizes_seen, tiny)
+from test_schedule import name_data  # noqa: F401 (a fixture)
 
 
 class Replays:
@@ -93,6 +96,39 @@ def test_packed_steps_are_recorded_per_shape_and_size(data, monkeypatch):  # noq
     assert replays.log.count('eager') == 2 and replays.log.count('record') == 2
     assert replays.log.count('replay') == 7
     assert_same_run(got, want, graphed, eager, tolerance=1e-5)
+
+
+def test_a_budget_plans_at_the_pace_of_recorded_steps(name_data, monkeypatch, capsys):  # noqa: F811
+    """Under --compile graphs a budgeted run's plan times the steps the run will take, recorded
+    and replayed, not eager ones: on a stand-in clock an eager step takes 0.1 s and a replayed
+    one 0.01 s, and 1 s holds about 30 epochs of 3 replayed steps (a few of eager ones)."""
+    from test_budget import FakeClock, budgeted_run
+    clock, replaying = FakeClock(), []
+
+    class TimedReplays(Replays):
+        def record(self, step, optimizer):
+            replay, loss = super().record(step, optimizer)
+
+            def timed_replay():
+                replaying.append(True)
+                try:
+                    replay()
+                finally:
+                    replaying.pop()
+            return timed_replay, loss
+
+    real = trainer.train_step
+
+    def step(*args):
+        clock.now += 0.01 if replaying else 0.1
+        return real(*args)
+    monkeypatch.setattr(trainer, 'train_step', step)
+    made = []
+    monkeypatch.setattr(graphs, 'CudaGraphs', lambda: made.append(TimedReplays()) or made[-1])
+    budgeted_run(name_data, 1.0, max_epochs=100, clock=clock, compile='graphs')
+    planned = int(re.search(r'time budget [\d.]+ min: (\d+) epochs', capsys.readouterr().out)[1])
+    assert planned >= 20, planned  # (timing eager steps planned 1)
+    assert len(made) == 2 and 'replay' in made[0].log  # the plan's recordings, then the run's
 
 
 def test_a_batch_is_trimmed_to_its_width_and_padded_to_the_batch_size(monkeypatch):

@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-from engine.fastpath import Dropout, causal_math, visible
+from engine.fastpath import Dropout, by_spans, causal_math, visible
 
 logger = logging.getLogger(__name__)
 
@@ -152,10 +152,12 @@ class CausalSelfAttention(nn.Module):
         causal = q_positions is None  # positions 0..T-1 in every row: the mask's top-left slice
         mask = self.mask[:, :, :q.size(2), :k.size(2)] if causal else visible(q_positions, k.size(2))
         if self.flash and not self.cpu_math(v.device):
-            # is_causal is the top-left-aligned tril for Tq != Tk too, as the mask's slice is
-            y = F.scaled_dot_product_attention(
+            # is_causal is the top-left-aligned tril for Tq != Tk too, as the mask's slice is;
+            # by_spans: a packed step's groups of rows each over their own columns (--pack_groups)
+            y = by_spans(lambda q, k, v: F.scaled_dot_product_attention(
                 q, k, v, attn_mask=None if causal else mask.bool(), is_causal=causal,
-                dropout_p=self.attn_drop.p if self.attn_drop.training else 0.0)
+                dropout_p=self.attn_drop.p if self.attn_drop.training else 0.0),
+                q, k, v, packing if causal else None)
         elif self.flash and causal:
             y = causal_math(q, k, v, self.attn_drop)  # the math below in fewer passes
         else:

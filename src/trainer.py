@@ -54,7 +54,7 @@ class TrainerConfig:
     precision = 'fp32'  # 'fp32', 'tf32' (GPU), 'bf16' (autocast), 'auto' (measured: engine/plan.py)
     path_cache = None  # where 'auto' remembers its measured choices (a JSON file), or None
     pad_multiple = 8  # trimmed lengths are rounded up to this (fewer shapes for compile/kernels)
-    pack_multiple = 0  # >0: one packed group of a multiple of this many positions (GPU; to_device)
+    pack_multiple, pack_groups = 0, 1  # a GPU's packed positions and groups: fastpath.layout
     log_every = 1  # read losses back every N steps (a GPU sync); tensorboard still gets every step
     resume_path, resume, checkpoint_every, checkpoint_seconds = None, False, 0, 0
     time_budget, start_time, budget_may_grow, budget_after = None, None, False, 0

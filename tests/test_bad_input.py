@@ -311,6 +311,11 @@ BAD_INPUT = {
     'pack-multiple-compiled': (['pretrain', 'vanilla', 'corpus.txt', '--pack_multiple', '512',
                                 '--compile'] + PT, ['--pack_multiple', '--compile graphs',
                                                     'not --compile default']),
+    'pack-groups-zero': (['pretrain', 'vanilla', 'corpus.txt', '--pack_groups', '0'] + PT,
+                         ['--pack_groups', '1 or more', 'not 0']),
+    'pack-groups-without-packing': (['pretrain', 'vanilla', 'corpus.txt', '--pack_groups', '4',
+                                     '--device', 'cpu'] + PT,
+                                    ['--pack_groups', 'needs packing', '--pack_multiple']),
     'edition-without-the-variant': (['pretrain', 'synthesizer', 'corpus.txt', '--edition', '2024-25']
                                     + PT, ['--edition 2024-25', 'vanilla, rope', 'synthesizer']),
 }

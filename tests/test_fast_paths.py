@@ -20,6 +20,7 @@ import functools
 
 import pytest
 import torch
+from torch.nn import functional as F
 
 import attention
 from engine import fastpath
@@ -374,7 +375,7 @@ def pad_batch(lengths, vocab, T=60, seed=6):
     return x, y
 
 
-@pytest.mark.parametrize('way', ['groups', 'covering'])
+@pytest.mark.parametrize('way', ['groups', 'covering', 'spans'])
 @pytest.mark.parametrize('name,overrides,lengths', [
     ('vanilla', {}, [60, 3, 17, 0, 41, 9, 60, 25]),
     ('synthesizer', {'synthesizer': True}, [59, 3, 17, 1, 41, 9]),
@@ -387,7 +388,8 @@ def test_skipped_positions_change_neither_loss_nor_gradients(name, overrides, le
     """Trimmed columns (every device) and packed positions against the full batch of the plain
     math: a CPU's groups (the model's choice there), and the one group of a GPU's steps
     (`packed` given: Packing.covering), with every position it needs and with some of the
-    skipped ones too (a size rounded up, the whole batch)."""
+    skipped ones too (a size rounded up, the whole batch), and with its rows sorted by length
+    and attending in groups, each over its own columns (fastpath.layout's spans)."""
     vocab = 30
     torch.manual_seed(7)
     full = jitter(tiny(vocab, overrides, fast=False, skip_padding=False, dropout=0.0,
@@ -403,10 +405,16 @@ def test_skipped_positions_change_neither_loss_nor_gradients(name, overrides, le
     loss.backward()
     sizes = [None] if way == 'groups' else \
         [fastpath.packed_size(ty.cpu(), 1), fastpath.packed_size(ty.cpu(), 16), ty.numel()]
+    orders = [None] * len(sizes)
+    if way == 'spans':
+        orders, sizes = zip(*(fastpath.layout(ty.cpu(), m, g, width=8)
+                              for m, g in ((1, 2), (16, 3), (1, len(lengths)))))
+        assert any(t < ty.size(1) for _, spans in sizes for _, t in spans)  # columns skipped
     assert len(set(sizes)) == len(sizes)
-    for size in sizes:
+    for order, size in zip(orders, sizes):
         packed.zero_grad(set_to_none=True)
-        none, packed_loss = packed(tx, ty, loss_only=True, packed=size)
+        px, py = (tx, ty) if order is None else (tx[order.to(device)], ty[order.to(device)])
+        none, packed_loss = packed(px, py, loss_only=True, packed=size)
         packed_loss.backward()
         # the packed paths (a CPU's, asked for by the trainer; `packed`) compute no full logits
         assert logits is not None and (none is None) == (device == 'cpu' or size is not None)
@@ -423,6 +431,41 @@ def test_the_packed_size_counts_the_positions_the_loss_needs_rounded_up():
     assert fastpath.packed_size(y, 4) == 12
     assert fastpath.packed_size(y, 7) == 14
     assert fastpath.packed_size(y, 64) == 15  # never more than the batch
+
+
+def test_a_layout_sorts_the_rows_and_gives_each_group_the_columns_its_rows_need():
+    y = torch.zeros(7, 40, dtype=torch.long)
+    for row, n in enumerate([5, 33, 0, 12, 40, 31, 2]):
+        y[row, :n] = 1
+    assert fastpath.layout(y, 16) == (None, fastpath.packed_size(y, 16))  # one group: no order
+    order, (size, spans) = fastpath.layout(y, 16, groups=3, width=8)
+    assert size == fastpath.packed_size(y, 16)
+    assert order.tolist() == [4, 1, 5, 3, 0, 6, 2]  # longest first (the empty row keeps 1)
+    assert spans == ((3, 40), (2, 16), (2, 8))  # rows 7 = 3 + 2 + 2; 40 (capped), 12 -> 16, 2 -> 8
+    assert fastpath.layout(y, 16, groups=9)[1][1] == tuple((1, min(40, -(-n // 32) * 32))
+                                                           for n in (40, 33, 31, 12, 5, 2, 1))
+    packing = fastpath.Packing.covering(y[order], (size, spans))
+    assert packing.spans == spans and len(packing.index) == size
+
+
+def test_attention_by_spans_is_attention_over_every_column_where_the_rows_need_it():
+    """Each group of rows over its own first columns: the same outputs at those columns as
+    causal attention over all of them (zeros past them), values and gradients."""
+    torch.manual_seed(3)
+    q, k, v = (torch.randn(5, 2, 12, 4, requires_grad=True) for _ in range(3))
+    attend = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
+    spans = ((2, 12), (1, 8), (2, 3))
+    got = fastpath.by_spans(attend, q, k, v, fastpath.Packing(torch.arange(3), 5, 12, spans))
+    want = attend(q, k, v)
+    keep = torch.zeros(5, 1, 12, 1, dtype=torch.bool)
+    for rows, t in zip(((0, 1), (2,), (3, 4)), (12, 8, 3)):
+        keep[list(rows), :, :t] = True
+    torch.testing.assert_close(got, torch.where(keep, want, 0.0))
+    weights = torch.randn(5, 2, 12, 4) * keep
+    grads = torch.autograd.grad((got * weights).sum(), (q, k, v))
+    for g, w in zip(grads, torch.autograd.grad((want * weights).sum(), (q, k, v))):
+        torch.testing.assert_close(g, w)
+    assert fastpath.by_spans(attend, q, k, v, None) is not None  # no packing: attend as it is
 
 
 def test_a_covering_packing_takes_the_kept_positions_first_then_skipped_ones():
@@ -487,7 +530,7 @@ def plain_losses(gpt, data, lr, epoch_batches, device='cpu'):
 
 
 def fast_and_plain(data, name, precision='fp32', compile=False, device='cpu', n_layer=3,
-                   pack_multiple=0):
+                   pack_multiple=0, pack_groups=1):
     """Span-corruption pretraining, as run.py pretrain does it (a tiny model, dropout 0), by
     trainer.Trainer (pack_multiple: its TrainerConfig's) and by the plain loop: (fast losses,
     plain losses, fast model, plain model)."""
@@ -506,7 +549,7 @@ def fast_and_plain(data, name, precision='fp32', compile=False, device='cpu', n_
     log = LossLog()
     conf = trainer.TrainerConfig(max_epochs=epochs, batch_size=batch, learning_rate=lr,
                                  precision=precision, compile=compile, writer=log, device=device,
-                                 pack_multiple=pack_multiple)
+                                 pack_multiple=pack_multiple, pack_groups=pack_groups)
     trainer.Trainer(fast, pre, None, conf).train()
 
     utils.set_seed(5)
@@ -549,14 +592,20 @@ def packed_sizes_seen(monkeypatch):
     return sizes
 
 
+@pytest.mark.parametrize('groups', [1, 3])
 @pytest.mark.parametrize('name', VARIANTS)
-def test_packed_training_matches_the_plain_loop(data, name, device, monkeypatch):
+def test_packed_training_matches_the_plain_loop(data, name, device, monkeypatch, groups):
     """pack_multiple (a GPU's packing, asked for here on every device): each step computes one
-    group of a multiple of 32 positions, and trains as the plain loop does."""
+    group of a multiple of 32 positions, and trains as the plain loop does; with pack_groups
+    its rows sorted by length, attending in groups over their own columns."""
     sizes = packed_sizes_seen(monkeypatch)
-    assert_same_run(*fast_and_plain(data, name, device=device, pack_multiple=32), tolerance=1e-4)
-    assert len(sizes) == 6 and all(s % 32 == 0 for s in sizes), sizes
-    assert max(sizes) < 6 * 128  # (fewer positions than the batch holds: packing did something)
+    assert_same_run(*fast_and_plain(data, name, device=device, pack_multiple=32,
+                                    pack_groups=groups), tolerance=1e-4)
+    counts = [s[0] if groups > 1 else s for s in sizes]
+    assert len(sizes) == 6 and all(s % 32 == 0 for s in counts), sizes
+    assert max(counts) < 6 * 128  # (fewer positions than the batch holds: packing did something)
+    if groups > 1:
+        assert all(len(s[1]) == 3 for s in sizes) and any(t < 96 for s in sizes for _, t in s[1])
 
 
 def checked_args(extra, monkeypatch, tmp_path, device='cuda', world_size='1'):

@@ -39,7 +39,7 @@ class Replays:
         return replay, loss
 
 
-def train(pre, compile, variant='vanilla', steps=9, pack_multiple=0):
+def train(pre, compile, variant='vanilla', steps=9, pack_multiple=0, pack_groups=1):
     """A one-layer model (every position computed, as on a GPU, unless pack_multiple packs them;
     dropout 0) trained by the Trainer on 15 examples in batches of 6, 6 and 3, three epochs, the
     handout's schedule (warmup, then the cosine: a new learning rate every step), losses read
@@ -51,7 +51,7 @@ def train(pre, compile, variant='vanilla', steps=9, pack_multiple=0):
     conf = trainer.TrainerConfig(max_epochs=3, batch_size=6, learning_rate=3e-3, lr_decay=True,
                                  warmup_tokens=6 * 128 * 2, final_tokens=6 * 128 * 12,
                                  compile=compile, writer=log, log_every=4,
-                                 pack_multiple=pack_multiple)
+                                 pack_multiple=pack_multiple, pack_groups=pack_groups)
     trainer.Trainer(gpt, Subset(pre, range(15)), None, conf).train()
     assert len(log.values) == steps
     return log.values, gpt
@@ -87,14 +87,34 @@ def test_packed_steps_are_recorded_per_shape_and_size(data, monkeypatch):  # noq
     monkeypatch.setattr(graphs, 'WIDTH', 128)  # one width: the shapes differ by the size only
     sizes = packed_sizes_seen(monkeypatch)
     counts = []  # the step's own counts (a recorded step must not count: its y is on the device)
-    monkeypatch.setattr(batches, 'packed_size', lambda y, m: counts.append(m) or
-                        fastpath.packed_size(y, m))
+    monkeypatch.setattr(batches, 'layout', lambda y, m, g: counts.append(m) or
+                        fastpath.layout(y, m, g))
     got, graphed = train(pre, 'graphs', pack_multiple=128)
-    assert len(counts) == 2  # the two eager steps'; the recordings' size is their own
+    # the recorded steps' calls, one a step, and the two eager steps' own; a recording takes its
+    # size from its key (its y is the recording's input, on the device)
+    assert len(counts) == 9 + 2
     want, eager = train(pre, False)
     assert set(sizes) == {128, 256}  # (of the batches of 3 examples and 3 PAD rows: 128)
     assert replays.log.count('eager') == 2 and replays.log.count('record') == 2
     assert replays.log.count('replay') == 7
+    assert_same_run(got, want, graphed, eager, tolerance=1e-5)
+
+
+def test_grouped_steps_are_recorded_per_size_and_groups_columns(data, monkeypatch):  # noqa: F811
+    """With pack_groups a recording also fixes its groups' columns (layout's spans: the rows
+    sorted by length on the host, before they are copied into the recording's inputs): the
+    losses and weights of the eager run computing every position and column."""
+    pre, _ = data
+    replays = Replays()
+    monkeypatch.setattr(graphs, 'CudaGraphs', lambda: replays)
+    monkeypatch.setattr(graphs, 'WIDTH', 128)
+    sizes = packed_sizes_seen(monkeypatch)
+    got, graphed = train(pre, 'graphs', pack_multiple=128, pack_groups=2)
+    want, eager = train(pre, False)
+    assert all(isinstance(s, tuple) and len(s[1]) == 2 for s in sizes)
+    assert any(t < 127 for _, spans in sizes for _, t in spans)  # columns skipped
+    shapes = replays.log.count('eager')
+    assert shapes == replays.log.count('record') and shapes + replays.log.count('replay') == 9
     assert_same_run(got, want, graphed, eager, tolerance=1e-5)
 
 

@@ -30,3 +30,6 @@ def test_every_batch_is_counted_once_for_each_multiple():
                   .split(', ')[1:]]
         assert sum(counts) == 23, line
     assert lines[1].startswith('--pack_multiple 4096: 1 size, 8,192 in 23;'), lines[1]
+    groups = [line for line in proc.stdout.splitlines() if line.startswith('--pack_groups')]
+    shares = [float(line.split(': ')[1].split('%')[0]) for line in groups]
+    assert len(groups) == 3 and 100 > shares[0] > shares[1] > shares[2] > 25, groups

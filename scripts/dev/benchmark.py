@@ -101,11 +101,11 @@ def worker_startup(data, batch):
 
 
 def fast_steps(gpt, data, batch, steps, device, compile_model, path=None, precision='auto',
-               pack_multiple=0):
+               pack_multiple=0, pack_groups=1):
     """trainer.Trainer on `steps` batches (after a warm-up run); returns seconds per step, the
     precision and the CPU attention path taken (cpu_paths.path_name's kernel: True, False, None).
     path: a CPU candidate (precision, attention kernel) to force; None: the default.
-    precision, pack_multiple: run.py's --precision, --pack_multiple."""
+    precision, pack_multiple, pack_groups: run.py's --precision, --pack_multiple, --pack_groups."""
     # the warm-up run makes run.py's default choice: on a CPU, precision 'auto' measures the
     # candidates (and attention paths) and keeps the fastest; the timed run takes that choice
     precision = devices.pick_precision(precision, device, training=True)
@@ -117,7 +117,8 @@ def fast_steps(gpt, data, batch, steps, device, compile_model, path=None, precis
     conf = dict(max_epochs=1, batch_size=batch, learning_rate=6e-4, lr_decay=True,
                 warmup_tokens=10240, final_tokens=1e9, device=device, precision=precision,
                 compile=compile_model, log_every=1 if device == 'cpu' else 25,
-                num_workers=0 if device == 'cpu' else 4, pack_multiple=pack_multiple)
+                num_workers=0 if device == 'cpu' else 4, pack_multiple=pack_multiple,
+                pack_groups=pack_groups)
     warm = trainer.TrainerConfig(**conf)
     trainer.Trainer(gpt, Subset(data, range(batch)), None, warm).train()
     conf['precision'] = precision = warm.precision

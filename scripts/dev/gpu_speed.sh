@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The next loan's calls for #53 (docs/gpu.md): the faster arithmetics under CUDA graphs.
 #   bash scripts/dev/gpu_speed.sh 1 SHA   # CUDA tests of the recorded steps and of run.py end to
-#                                         # end in the GPU defaults; profile_step.py: where the
-#                                         # pretraining step's time goes in fp32, tf32, bf16, with
-#                                         # the attention kernels default and math (~3 min; at
-#                                         # most 5.5). (The sixth loan's call 1 was the step and
-#                                         # loop benchmarks: git show 184ea59:scripts/dev/gpu_speed.sh)
+#                                         # end in the GPU defaults, of packed rows attending in
+#                                         # groups; profile_step.py: where the pretraining step's
+#                                         # time goes in fp32 and bf16, attention kernels default
+#                                         # and math, 1 or 4 groups (~3.5 min; at most 6).
+#                                         # (The sixth loan's call 1, the step and loop
+#                                         # benchmarks: git show 184ea59:scripts/dev/gpu_speed.sh)
 #   bash scripts/dev/gpu_speed.sh 2 SHA [RUN.PY FLAGS]   # run_all's vanilla, whole, under
 #                                         # --compile graphs (the step recorded, nothing compiled)
 #                                         # and --pack_multiple 512, then the flags given (e.g.
@@ -32,14 +33,16 @@ pack() { tar czf "$out/call$call.tgz" --exclude='*.params' --exclude='*.ckpt' "$
 trap pack EXIT
 if [ "$call" = 1 ]; then
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$summary"
-  say "CUDA tests: run.py end to end in the GPU defaults (recorded, packed), resumed; the recorded steps"
-  timeout 120 "$py" -m pytest -q -p no:cacheprovider tests/test_graphs.py tests/test_resume.py \
-    -k "graphs or end_to_end_on_cuda" > "$work/tests.log" 2>&1
+  say "CUDA tests: run.py end to end in the GPU defaults (recorded, packed), resumed; the recorded steps; packed rows in groups"
+  timeout 150 "$py" -m pytest -q -p no:cacheprovider tests/test_graphs.py tests/test_resume.py \
+    tests/test_fast_paths.py -k "graphs or end_to_end_on_cuda or (cuda and (spans or packed_training))" \
+    > "$work/tests.log" 2>&1
   echo "rc $?" >> "$work/tests.log"
   tail -3 "$work/tests.log" | tee -a "$summary"
-  say "where the pretraining step's time goes: fp32, tf32, bf16; attention kernels default, math"
-  timeout 180 "$py" scripts/dev/profile_step.py --device cuda --precision fp32,tf32,bf16 \
-    --attention default,math --steps 20 --out "$work/profile.md" > "$work/profile.log" 2>&1
+  say "where the pretraining step's time goes: fp32, bf16; attention kernels default, math; packed rows attending in 1 or 4 groups"
+  timeout 180 "$py" scripts/dev/profile_step.py --device cuda --precision fp32,bf16 \
+    --attention default,math --pack_groups 1,4 --steps 20 --out "$work/profile.md" \
+    > "$work/profile.log" 2>&1
   echo "rc $?" >> "$work/profile.log"; grep -a "^| [ft][pfb]\|failed:" "$work/profile.md" | tee -a "$summary"
 elif [ "$call" = 2 ]; then
   shift 2

@@ -1,11 +1,12 @@
 """Where the handout's pretraining step spends its time: the loop, the recorded step, its kernels.
 
     python scripts/dev/profile_step.py --device cuda --precision fp32,tf32,bf16 \
-        --attention default,math --steps 20 --out profile.md
+        --attention default,math --pack_groups 1,4 --steps 20 --out profile.md
 
-For each precision and attention kernel (scaled_dot_product_attention held to one backend; bf16
-always attends with flash, as run.py does), on the first --steps pretraining batches of wiki.txt
-(the handout's order, model and batch of 128):
+For each precision, attention kernel (scaled_dot_product_attention held to one backend; bf16
+always attends with flash, as run.py does) and number of groups the packed rows attend in
+(run.py --pack_groups), on the first --steps pretraining batches of wiki.txt (the handout's
+order, model and batch of 128):
   loop:     trainer.Trainer as run.py runs it on a GPU (4 DataLoader workers, --compile graphs,
             pretraining packed to --pack_multiple), ms a step over a second epoch;
   calls:    the recorded steps called one after another from batches already built (what the
@@ -18,6 +19,7 @@ On a CPU (for the tests) only the loop and the eager step's operators, by their 
 import argparse
 import collections
 import contextlib
+import itertools
 import os
 import re
 import sys
@@ -109,12 +111,12 @@ def timed(device, fn, n):
     return (time.perf_counter() - start) * 1000 / n
 
 
-def measure(wiki, batches, device, precision, attention, pack, preset, recorded):
+def measure(wiki, batches, device, precision, attention, pack, preset, recorded, groups=1):
     """One configuration's figures: a dict of the loop's, the calls' and the replay's ms a
     step (None where not measured) and the kernels of eager steps and of replays. recorded:
     --compile graphs (a GPU's; the tests give a CPU a stand-in for the graphs)."""
     config = trainer.TrainerConfig(batch_size=len(batches[0][0]), device=device,
-                                   precision=precision, pack_multiple=pack,
+                                   precision=precision, pack_multiple=pack, pack_groups=groups,
                                    compile='graphs' if recorded else False)
     fresh = lambda: benchmark.build('vanilla', wiki.vocab_size, True, preset).to(device)  # noqa: E731
     out = {}
@@ -122,7 +124,7 @@ def measure(wiki, batches, device, precision, attention, pack, preset, recorded)
         utils.set_seed(0)
         out['loop'] = 1000 * benchmark.fast_steps(fresh(), wiki, config.batch_size, len(batches),
                                                   device, config.compile, precision=precision,
-                                                  pack_multiple=pack)[0]
+                                                  pack_multiple=pack, pack_groups=groups)[0]
         cast = autocast(device, precision)
         gpt = fresh()
         optimizer = trainer.make_optimizer(gpt, config, 6e-4)
@@ -210,12 +212,19 @@ def main():
     ap.add_argument('--precision', default='fp32', help='comma-separated: fp32, tf32, bf16')
     ap.add_argument('--attention', default='default',
                     help='comma-separated: default, ' + ', '.join(BACKENDS))
+    ap.add_argument('--pack_groups', default='1', help='comma-separated: run.py --pack_groups')
     ap.add_argument('--steps', type=int, default=20, help='batches (at most an epoch\'s, 23)')
     ap.add_argument('--pack_multiple', type=int, default=512)
     ap.add_argument('--preset', choices=sorted(presets.PRESETS), default='handout')
     ap.add_argument('--out', required=True)
     args = ap.parse_args()
     precisions, attentions = args.precision.split(','), args.attention.split(',')
+    try:
+        groups = [int(g) for g in args.pack_groups.split(',')]
+    except ValueError:
+        groups = [0]
+    if min(groups) < 1 or (max(groups) > 1 and not args.pack_multiple):
+        ap.error('--pack_groups: whole numbers from 1, more than 1 only with --pack_multiple')
     if args.device == 'cuda' and not torch.cuda.is_available():
         ap.error('--device cuda: no GPU here')
     if not set(precisions) <= {'fp32', 'tf32', 'bf16'} or \
@@ -229,21 +238,21 @@ def main():
     args.batch = len(batches[0][0])
     machine = benchmark.machine(args.device)
     rows = []
-    for precision in precisions:
-        for attention in attentions:
-            if precision == 'bf16' and attention != 'default':
-                continue  # (bf16 attends with flash: devices.autocast)
-            name = f'{precision}, {"flash" if precision == "bf16" else attention}'
-            try:
-                got = measure(wiki, batches, args.device, precision, attention,
-                              args.pack_multiple, args.preset, args.device == 'cuda')
-            except Exception as e:  # (one configuration failing leaves the others' figures)
-                got = dict(error=f'{type(e).__name__}: {e}'.splitlines()[0][:300])
-            rows.append((name, got))
-            print(name, {k: v for k, v in got.items() if k in ('loop', 'calls', 'replay', 'error')},
-                  flush=True)
-            with open(args.out, 'w', encoding='utf-8') as f:  # rewritten after every row
-                f.write(report(rows, args, machine))
+    for precision, attention, group in itertools.product(precisions, attentions, groups):
+        if precision == 'bf16' and attention != 'default':
+            continue  # (bf16 attends with flash: devices.autocast)
+        name = f'{precision}, {"flash" if precision == "bf16" else attention}' + \
+            (f', {group} groups' if group > 1 else '')
+        try:
+            got = measure(wiki, batches, args.device, precision, attention,
+                          args.pack_multiple, args.preset, args.device == 'cuda', group)
+        except Exception as e:  # (one configuration failing leaves the others' figures)
+            got = dict(error=f'{type(e).__name__}: {e}'.splitlines()[0][:300])
+        rows.append((name, got))
+        print(name, {k: v for k, v in got.items() if k in ('loop', 'calls', 'replay', 'error')},
+              flush=True)
+        with open(args.out, 'w', encoding='utf-8') as f:  # rewritten after every row
+            f.write(report(rows, args, machine))
 
 
 if __name__ == '__main__':

@@ -19,7 +19,7 @@ import signal
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from engine.fastpath import packed_size
+from engine.fastpath import layout
 
 
 def trim_padding(x, y, multiple=1):
@@ -37,17 +37,27 @@ def to_device(x, y, device, config):
     config.pad_multiple columns (trim_padding; 0: as they are, a recorded step's own input
     tensors, engine/graphs.py) and on `device`, pinned after the trim (which copies) on a GPU,
     so that the copies overlap its work instead of waiting for it. packed: how many positions
-    the model computes, counted while y is on the host (fastpath.packed_size), where
-    config.pack_multiple asks (a recording's: its own, config.packed); else None, the model's
-    choice (a CPU packs, a GPU computes every position)."""
+    the model computes (and with config.pack_groups, in which groups of rows, these sorted by
+    length), counted while y is on the host (fastpath.layout), where config.pack_multiple asks
+    (a recording's: its own, config.packed); else None, the model's choice (a CPU packs, a GPU
+    computes every position)."""
     if config.pad_multiple:
         x, y = trim_padding(x, y, config.pad_multiple)
     packed = getattr(config, 'packed', None)  # (graphs.Given's)
     if packed is None and config.pack_multiple:
-        packed = packed_size(y, config.pack_multiple)
+        x, y, packed = laid_out(x, y, config)
     if device.type == 'cuda' and not x.is_cuda:
         x, y = x.pin_memory(), y.pin_memory()
     return x.to(device, non_blocking=True), y.to(device, non_blocking=True), packed
+
+
+def laid_out(x, y, config):
+    """(x, y, packed): a batch on the host as a GPU's packed step takes it (fastpath.layout for
+    config.pack_multiple and pack_groups: the rows maybe reordered)."""
+    order, packed = layout(y, config.pack_multiple, config.pack_groups)
+    if order is not None:
+        x, y = x[order], y[order]
+    return x, y, packed
 
 
 def batch_indices(n, batch_size, generator, shuffle=True):

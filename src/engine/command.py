@@ -85,6 +85,11 @@ def add_engine_flags(argp):
                             'rounded up to a multiple of N (a few shapes for --compile graphs); '
                             '0: every position; default: %d in pretraining under --compile '
                             'graphs, else 0' % GPU_PACK_MULTIPLE)
+    extra.add_argument('--pack_groups', type=int, default=1, metavar='G',
+                       help='with packing (--pack_multiple): the rows sorted by length and '
+                            'attention computed in G groups of them, each over the columns its '
+                            'rows need (about half of the attention\'s work with 4 groups; the '
+                            'same loss; a few more CUDA graphs); default 1: every column')
     extra.add_argument('--plain', '--plain_attention', action='store_true', dest='plain',
                        help='compute as the handout does (same results, slower): written-out '
                             'attention instead of scaled_dot_product_attention, every padded '
@@ -136,6 +141,12 @@ def check_args(args):
     if args.pack_multiple and on_cpu:
         raise UsageError('--pack_multiple is a GPU\'s: a CPU computes only the positions that '
                          'can change the loss already, in its own groups')
+    if args.pack_groups < 1:
+        raise UsageError(f'--pack_groups must be 1 or more, not {args.pack_groups}')
+    if args.pack_groups > 1 and not any(pack_multiple(args, stage) for stage in
+                                        ('pretrain', 'finetune_pretrained')):
+        raise UsageError('--pack_groups groups the rows of a packed step: it needs packing '
+                         '(on a GPU: --pack_multiple N, or --compile graphs in pretraining)')
     if args.num_workers is not None and args.num_workers < 0:
         raise UsageError(f'--num_workers must be 0 or more, not {args.num_workers}')
     if args.checkpoint_every < 0:
@@ -264,6 +275,7 @@ def trainer_config(args, stage, pretrain_len, device, writer=None):
         precision=devices.pick_precision(args.precision, device, training=True,
                                          measure=presets.adapts(args.preset)),
         compile=args.compile, pack_multiple=pack_multiple(args, stage),
+        pack_groups=args.pack_groups,
         path_cache=cpu_paths.default_path_cache(),
         log_every=1 if device == 'cpu' else 25,
         follow_load=presets.adapts(args.preset) and cpu_load.follows(),
@@ -354,6 +366,8 @@ def save_params(gpt, args, device, run, tconf, budget, stage):
                  weight_decay=tconf.weight_decay, decay_rule=tconf.decay_rule,
                  shuffle=tconf.shuffle, compile=tconf.compile or None,
                  pack_multiple=tconf.pack_multiple or None,
+                 pack_groups=tconf.pack_groups if tconf.pack_multiple and tconf.pack_groups > 1
+                 else None,
                  warmup_tokens=tconf.warmup_tokens,
                  final_tokens=run.schedule.final_tokens, decay_share=tconf.decay_share,
                  n_layer=inputs.layers_of(gpt.state_dict()),

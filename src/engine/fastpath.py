@@ -5,7 +5,8 @@ that cannot change any result. None of it is the assignment's; each piece is tes
 handout's math (tests/test_fast_paths.py).
 
 - `Packing` (training): only the positions that can change the loss are computed (a CPU's
-  steps; a GPU's where --pack_multiple asks, in one packed matrix of a few sizes);
+  steps; a GPU's where --pack_multiple asks, in one packed matrix of a few sizes; with
+  --pack_groups, its attention also over each group of rows' own columns: `layout`, `by_spans`);
 - `KVCache` and `visible` (decoding): each step computes the new position only, reusing the keys
   and values of the positions before it;
 - `causal_math`: the handout's masked softmax attention in fewer passes (training on a CPU);
@@ -58,6 +59,47 @@ def packed_size(targets, multiple):
     return min(targets.numel(), -(-kept // multiple) * multiple)
 
 
+def layout(targets, multiple, groups=1, width=32):
+    """(order, packed) of a GPU's packed step, from the (B, T) targets on the host: packed_size's
+    count; with groups > 1 also the rows sorted by kept_lengths, longest first (`order`, for
+    the caller to take x and y in: the loss, a mean over the targets, is the same in any row
+    order) and cut into `groups` groups of consecutive rows, each with the columns its longest
+    row needs rounded up to `width` (a few shapes, for CUDA graphs): packed is then (size,
+    ((rows, columns), ...)), which Packing.covering takes, and attention per group (by_spans)
+    skips the columns no row of a group needs (about half of the attention's work in the
+    handout's pretraining with 4 groups: scripts/dev/packed_sizes.py). Else (None, size)."""
+    size = packed_size(targets, multiple)
+    if groups <= 1:
+        return None, size
+    lengths = kept_lengths(targets)
+    order = lengths.argsort(descending=True, stable=True)
+    B, T = targets.shape
+    spans, start = [], 0
+    for rows in (B // groups + (g < B % groups) for g in range(groups)):
+        if rows:
+            spans.append((rows, min(T, -(-int(lengths[order[start]]) // width) * width)))
+        start += rows
+    return order, (size, tuple(spans))
+
+
+def by_spans(attend, q, k, v, packing):
+    """attend(q, k, v): causal attention over (B, nh, T, hs) queries, keys and values at
+    positions 0..T-1 (a query sees the keys at or before its own position). Where `packing`
+    holds spans (layout's), each group of rows attends over its own first `columns` queries and
+    keys only: a query there sees the same keys as over every column, and the queries past them
+    get zeros, which reach only positions no loss needs (none of the group's rows needs them)."""
+    spans = getattr(packing, 'spans', None)
+    if not spans:
+        return attend(q, k, v)
+    out, start = [], 0
+    for rows, t in spans:
+        r = slice(start, start + rows)
+        start += rows
+        y = attend(q[r, :, :t], k[r, :, :t], v[r, :, :t])
+        out.append(F.pad(y, (0, 0, 0, q.size(2) - y.size(2))))
+    return torch.cat(out)
+
+
 def kept_lengths(targets):
     """(B, T) targets -> (B,): how many positions of each row Packing keeps in training, up to
     and including its last non-PAD (index 0) target; at least 1 (a row of PAD targets only adds
@@ -80,8 +122,8 @@ class Packing:
     skipped positions).
     """
 
-    def __init__(self, index, B, T):
-        self.B, self.T = B, T
+    def __init__(self, index, B, T, spans=None):
+        self.B, self.T, self.spans = B, T, spans  # spans: layout's groups of rows, or None
         self.index = index  # where each packed row sits in B * T
         self.positions = index % T  # the position of each packed row in its sequence
 
@@ -92,16 +134,18 @@ class Packing:
         return cls(keep.flatten().nonzero().squeeze(1), *keep.shape)
 
     @classmethod
-    def covering(cls, targets, size):
-        """`size` positions of (B, T) targets, found with no number read back from the device
-        (a GPU's step, which a CUDA graph can record): every position kept for the loss (at most
-        `size`: packed_size counts them), then the first skipped ones, row after row, to make up
-        the size. A skipped position computed changes nothing either: its target is PAD, and
-        no kept position looks at it."""
+    def covering(cls, targets, packed):
+        """`packed` positions of (B, T) targets (a size, or layout's (size, spans)), found with
+        no number read back from the device (a GPU's step, which a CUDA graph can record): every
+        position kept for the loss (at most the size: packed_size counts them), then the first
+        skipped ones, row after row, to make up the size. A skipped position computed changes
+        nothing either: its target is PAD, and no kept position looks at it."""
+        size, spans = packed if isinstance(packed, tuple) else (packed, None)
         B, T = targets.shape
         keep = torch.arange(T, device=targets.device) < kept_lengths(targets)[:, None]
         # a stable sort of "skipped": the kept positions first, each part in its order
-        return cls(torch.argsort((~keep).flatten().to(torch.uint8), stable=True)[:size], B, T)
+        index = torch.argsort((~keep).flatten().to(torch.uint8), stable=True)[:size]
+        return cls(index, B, T, spans)
 
     def pack(self, x):
         """(B, T, ...) -> (N, ...): the positions in `index`, in its order."""
@@ -113,16 +157,16 @@ class Packing:
         return out.index_copy(0, self.index, x).view(self.B, self.T, -1)
 
 
-def loss_groups(idx, targets, size=None, groups=4):
+def loss_groups(idx, targets, packed=None, groups=4):
     """The groups GPT.packed_loss computes a training batch in, (Packing, idx, targets) each.
 
     On a CPU the rows are sorted by kept_lengths and taken in `groups` groups: the
     position-wise layers run on a group's kept positions only, its attention on the group's
-    longest row. With `size` (a GPU's step: the trainer counted the positions on the host,
-    packed_size) one group of `size` positions, found on the device without reading a number
-    back (Packing.covering), one shape for every batch of that size."""
-    if size is not None:
-        yield Packing.covering(targets, size), idx, targets
+    longest row. With `packed` (a GPU's step: the trainer counted the positions on the host,
+    layout) one group of that many positions, found on the device without reading a number
+    back (Packing.covering), one shape for every batch of that size (and spans)."""
+    if packed is not None:
+        yield Packing.covering(targets, packed), idx, targets
         return
     lengths = kept_lengths(targets)
     for rows in lengths.argsort(descending=True).chunk(groups):

@@ -8,7 +8,8 @@ once per batch shape, then replayed. What a recording fixes is made to hold:
 
 - shapes: each batch is trimmed to a multiple of WIDTH columns and padded to the batch size with
   rows of PAD (0) targets, which the loss ignores, so a stage has a handful of shapes (the
-  handout's pretraining one or two); with --pack_multiple, times the sizes it packs to;
+  handout's pretraining one or two); with --pack_multiple, times the sizes it packs to (and
+  with --pack_groups, the columns of its groups of rows);
 - addresses: a replay reads the graph's own input tensors, so each batch is copied into them;
 - the learning rate, which the handout's loop sets as a float after every step: AdamW reads it
   from a device tensor during the recording, and each replay first copies the float into it.
@@ -20,8 +21,7 @@ import functools
 
 import torch
 
-from engine.batches import trim_padding
-from engine.fastpath import packed_size
+from engine.batches import laid_out, trim_padding
 
 WIDTH = 32  # columns are padded to a multiple of this: at most block_size / WIDTH shapes
 
@@ -85,8 +85,11 @@ class CapturedSteps:
 
     def __call__(self, model, optimizer, autocast, x, y, config, device):
         x, y = self.shaped(x, y, config.batch_size)
-        # a recording's shapes: the batch's, and with pack_multiple the positions computed
-        packed = packed_size(y, config.pack_multiple) if config.pack_multiple else None
+        # a recording's shapes: the batch's, and with pack_multiple the positions computed (and
+        # with pack_groups, the groups' columns: the rows then sorted by length)
+        packed = None
+        if config.pack_multiple:
+            x, y, packed = laid_out(x, y, config)
         shape = (tuple(x.shape), packed)
         if shape not in self.recorded:
             if shape not in self.seen:

@@ -100,6 +100,27 @@ def test_packed_steps_are_recorded_per_shape_and_size(data, monkeypatch):  # noq
     assert_same_run(got, want, graphed, eager, tolerance=1e-5)
 
 
+def test_a_step_that_cannot_be_recorded_leaves_eager_steps(data, monkeypatch, capsys):  # noqa: F811
+    """A recording that fails (an operation some torch or GPU cannot record): one note, then
+    every step eager, and the run is the eager run's."""
+    pre, _ = data
+
+    class Unrecordable(Replays):
+        def record(self, step, optimizer):
+            self.log.append('record')
+            raise RuntimeError('CUDA error: operation not permitted when stream is capturing\n'
+                               'Compile with TORCH_USE_CUDA_DSA to enable device-side assertions.')
+    replays = Unrecordable()
+    monkeypatch.setattr(graphs, 'CudaGraphs', lambda: replays)
+    got, graphed = train(pre, 'graphs')
+    want, eager = train(pre, False)
+    assert replays.log == ['eager', 'record']  # the first shape's eager step, one try
+    err = capsys.readouterr().err
+    assert err.count('note: --compile graphs could not record the training step (CUDA error: '
+                     'operation not permitted when stream is capturing); eager steps') == 1, err
+    assert_same_run(got, want, graphed, eager, tolerance=1e-5)
+
+
 def test_grouped_steps_are_recorded_per_size_and_groups_columns(data, monkeypatch):  # noqa: F811
     """With pack_groups a recording also fixes its groups' columns (layout's spans: the rows
     sorted by length on the host, before they are copied into the recording's inputs): the

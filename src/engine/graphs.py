@@ -15,9 +15,12 @@ once per batch shape, then replayed. What a recording fixes is made to hold:
   from a device tensor during the recording, and each replay first copies the float into it.
 
 A shape's first batch is an eager step (AdamW's state and the libraries' workspaces exist before
-anything is recorded); its second is recorded, then replayed, like every later one.
+anything is recorded); its second is recorded, then replayed, like every later one. Where a
+recording fails (an operation this torch or GPU cannot record), the run goes on with eager
+steps, saying so once: the step is an optimisation, not the assignment.
 """
 import functools
+import sys
 
 import torch
 
@@ -82,8 +85,12 @@ class CapturedSteps:
         self.recorded = {}  # shape -> (replay, input x, input y, loss)
         self.seen = set()  # shapes that took their eager step
         self.lrs = None  # one device tensor per AdamW group, read by every recording
+        self.failed = None  # why a recording failed: every step eager from then on
 
     def __call__(self, model, optimizer, autocast, x, y, config, device):
+        if self.failed:
+            return self.step(model, optimizer, autocast, x, y, config, device)
+        batch = x, y
         x, y = self.shaped(x, y, config.batch_size)
         # a recording's shapes: the batch's, and with pack_multiple the positions computed (and
         # with pack_groups, the groups' columns: the rows then sorted by length)
@@ -96,8 +103,14 @@ class CapturedSteps:
                 self.seen.add(shape)
                 return self.graphs.eager(lambda: self.step(model, optimizer, autocast, x, y,
                                                            config, device))
-            self.recorded[shape] = self.record(model, optimizer, autocast, x, y,
-                                               Given(config, packed), device)
+            try:
+                self.recorded[shape] = self.record(model, optimizer, autocast, x, y,
+                                                   Given(config, packed), device)
+            except RuntimeError as e:  # (torch.cuda.graph's errors: nothing of the step ran)
+                self.failed = str(e).strip().splitlines()[0][:200] if str(e).strip() else 'error'
+                print(f'note: --compile graphs could not record the training step ({self.failed}); '
+                      'eager steps from here on', file=sys.stderr, flush=True)
+                return self(model, optimizer, autocast, *batch, config, device)
         replay, xs, ys, loss = self.recorded[shape]
         if xs.is_cuda:  # pinned, so that the copies wait for nothing
             x, y = x.pin_memory(), y.pin_memory()

@@ -154,6 +154,11 @@ def test_each_output_has_a_record_of_the_settings_used(pipeline):
         assert r['learning_rate'] == float(lr) and r['batch_size'] == 8 and r['precision'] == 'fp32'
         assert r['epochs_asked'] == r['epochs_planned'] == r['epochs_trained'] == 1
         assert r['commit'] and r['seed'] == 0
+        # where the command's seconds went, in order (the imports before the clock of nothing)
+        phases = r['phases']
+        assert list(phases) == ['imports', 'setup', 'training', 'after'], phases
+        assert min(phases.values()) >= 0 and phases['imports'] > 0 and phases['training'] > 0
+        assert sum(phases.values()) == pytest.approx(r['seconds'], abs=0.5), (phases, r['seconds'])
     assert records['ft.params']['reading_params_path'] == 'pt.params'
     dev_preds = (d / 'dev.predictions').read_text(encoding='utf-8').split('\n')
     assert records['dev.predictions']['correct'] == sum(p == place for p, (_, place) in zip(dev_preds, DEV))

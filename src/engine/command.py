@@ -30,6 +30,8 @@ from engine.common import UsageError
 from engine.datafiles import resolve
 from engine.decode import greedy_complete
 
+IMPORTED = time.time()  # (run.py's START is before the imports: the run's record splits its time)
+
 # --pack_multiple's default under --compile graphs, in pretraining only: on an H100 packing made
 # the recorded pretraining step 1.4-1.5x faster and the finetuning one slower (docs/gpu.md)
 GPU_PACK_MULTIPLE = 512
@@ -315,6 +317,17 @@ def write_record(args, output, device, **used):
     common.atomic_write(output + '.run.json', write)
 
 
+def phases(args, progress):
+    """Seconds of the command so far: importing (torch's and ours), setting up (the data, the
+    model, the device, the plan), training (the steps and what the epochs' ends do) and after
+    (the params written); where the parts of a short GPU stage go."""
+    start, end = getattr(progress, 'start_time', None), getattr(progress, 'end_time', None)
+    if start is None or end is None or not args.started <= IMPORTED <= start <= end:
+        return None
+    return dict(imports=round(IMPORTED - args.started, 1), setup=round(start - IMPORTED, 1),
+                training=round(end - start, 1), after=round(time.time() - end, 1))
+
+
 def predict(gpt, prompts, vocab, device, precision='fp32', batch_size=256):
     """The handout's greedy answers to inputs.read_questions' prompts, batched: one string per
     prompt ('' for a blank line)."""
@@ -376,6 +389,7 @@ def save_params(gpt, args, device, run, tconf, budget, stage):
                  epochs_planned=run.schedule.max_epochs, epochs_trained=run.epochs_trained,
                  steps=run.step, tokens=run.tokens,
                  epoch_seconds=[round(t, 2) for t in getattr(run, 'epoch_seconds', [])] or None,
+                 phases=phases(args, run.progress),
                  others_share=getattr(run, 'others_share', None) and round(run.others_share, 4))
 
 

@@ -74,3 +74,4 @@ class Progress:
         if self.pbar is not None:
             self.flush(tokens)
             self.pbar.close()
+            self.end_time = time.time()

@@ -253,8 +253,8 @@ def pack_multiple(args, stage):
     (pretraining's recorded steps), else 0 (every position)."""
     if args.pack_multiple is not None:
         return args.pack_multiple
-    return GPU_PACK_MULTIPLE if stage == 'pretrain' and args.compile == 'graphs' and not args.plain \
-        else 0
+    recorded_pretraining = stage == 'pretrain' and args.compile == 'graphs' and not args.plain
+    return GPU_PACK_MULTIPLE if recorded_pretraining else 0
 
 
 def trainer_config(args, stage, pretrain_len, device, writer=None):
@@ -321,7 +321,7 @@ def phases(args, progress):
     """Seconds of the command so far: importing (torch's and ours), setting up (the data, the
     model, the device, the plan), training (the steps and what the epochs' ends do) and after
     (the params written); where the parts of a short GPU stage go."""
-    start, end = getattr(progress, 'start_time', None), getattr(progress, 'end_time', None)
+    start, end = progress.start_time, progress.end_time
     if start is None or end is None or not args.started <= IMPORTED <= start <= end:
         return None
     return dict(imports=round(IMPORTED - args.started, 1), setup=round(start - IMPORTED, 1),

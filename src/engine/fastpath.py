@@ -55,8 +55,7 @@ def packed_size(targets, multiple):
     """How many positions Packing.covering computes for (B, T) targets (on the host: counting
     them on a GPU would read a number back every step): those kept_lengths keeps, rounded up to
     a multiple of `multiple` (a few sizes, a few CUDA graphs), at most B * T."""
-    kept = int(kept_lengths(targets).sum())
-    return min(targets.numel(), -(-kept // multiple) * multiple)
+    return layout(targets, multiple)[1]
 
 
 def layout(targets, multiple, groups=1, width=32):
@@ -68,10 +67,10 @@ def layout(targets, multiple, groups=1, width=32):
     ((rows, columns), ...)), which Packing.covering takes, and attention per group (by_spans)
     skips the columns no row of a group needs (about half of the attention's work in the
     handout's pretraining with 4 groups: scripts/dev/packed_sizes.py). Else (None, size)."""
-    size = packed_size(targets, multiple)
+    lengths = kept_lengths(targets)
+    size = min(targets.numel(), -(-int(lengths.sum()) // multiple) * multiple)
     if groups <= 1:
         return None, size
-    lengths = kept_lengths(targets)
     order = lengths.argsort(descending=True, stable=True)
     B, T = targets.shape
     spans, start = [], 0

@@ -107,7 +107,7 @@ class CapturedSteps:
                 self.recorded[shape] = self.record(model, optimizer, autocast, x, y,
                                                    Given(config, packed), device)
             except RuntimeError as e:  # (torch.cuda.graph's errors: nothing of the step ran)
-                self.failed = str(e).strip().splitlines()[0][:200] if str(e).strip() else 'error'
+                self.failed = (str(e).strip() or type(e).__name__).splitlines()[0][:200]
                 print(f'note: --compile graphs could not record the training step ({self.failed}); '
                       'eager steps from here on', file=sys.stderr, flush=True)
                 return self(model, optimizer, autocast, *batch, config, device)

@@ -26,7 +26,7 @@ class Progress:
 
     def __init__(self, log_every, writer, disable, lag=False):
         self.log_every, self.writer, self.disable, self.lag = log_every, writer, disable, int(lag)
-        self.pbar = None
+        self.pbar = self.start_time = self.end_time = None  # (the times: the training's own)
         self.pending = []  # (step, loss tensor, lr, epoch, it) not yet read back from the device
 
     def start(self, total, initial, tokens):

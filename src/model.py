@@ -286,15 +286,15 @@ class GPT(nn.Module):
         return self.up_block(x, x_input, packing=packing, cache=up_cache, positions=positions,
                              slots=slots)
 
-    def packed_loss(self, idx, targets, size=None):
+    def packed_loss(self, idx, targets, packed=None):
         """The training loss, computed on the positions that can change it only: a row's
         positions after its last non-PAD target change no loss (fastpath.Packing). The rows come
-        in groups (fastpath.loss_groups: a CPU's, sorted by length; or, with `size`, a GPU's one
-        group of `size` positions); the loss is the handout's (the mean over the non-PAD
-        targets), summed group by group and divided once.
+        in groups (fastpath.loss_groups: a CPU's, sorted by length; or, with `packed`, a GPU's
+        one group of that many positions, fastpath.layout's); the loss is the handout's (the
+        mean over the non-PAD targets), summed group by group and divided once.
         """
         total = 0.0
-        for packing, x, y in loss_groups(idx, targets, size):
+        for packing, x, y in loss_groups(idx, targets, packed):
             x = self.transformer(packing.pack(x), packing=packing)
             total = total + F.cross_entropy(self.head(self.ln_f(x)), packing.pack(y),
                                             ignore_index=0, reduction='sum')

@@ -270,7 +270,8 @@ def wiki_needed_lengths():
 
 def pretraining_pace(out, name, device):
     """(tokens per second, model FLOP utilisation) of a model's pretraining from the record run.py
-    wrote beside its params, over that command's wall time; None without one. Tokens count every
+    wrote beside its params, over that command's wall time (and the utilisation over its
+    training alone, where the record splits the command's time); None without one. Tokens count every
     position, as the handout's trainer does. The FLOPs (forward and backward, on the plain fp32
     model) are those of the positions that can change the loss, the least any path computes
     (flops.py): of wiki.txt's span corruption, or every position of a preset's mix."""
@@ -289,8 +290,12 @@ def pretraining_pace(out, name, device):
                               fast_attention=False, skip_padding=False, fast_dropout=False)
     lengths = wiki_needed_lengths() if mix(record['preset']) is None else [BLOCK_SIZE - 1]
     work = tokens / (BLOCK_SIZE - 1) * flops.training_flops(model.GPT(config), lengths)
-    return dict(tokens_per_second=tokens / seconds,
-                mfu=flops.mfu(work, seconds, precision, flops.peaks_of(device)))
+    peaks = flops.peaks_of(device)
+    pace = dict(tokens_per_second=tokens / seconds, mfu=flops.mfu(work, seconds, precision, peaks))
+    training = (record.get('phases') or {}).get('training')
+    if isinstance(training, (int, float)) and training > 0:  # the steps and epochs' ends alone
+        pace['training_mfu'] = flops.mfu(work, training, precision, peaks)
+    return pace
 
 
 def recorded_seconds(out, name):
@@ -337,13 +342,14 @@ def report(out, timings, flags, preset, models=DEFAULT_MODELS, out_arg=None, tim
              f'- device: {info["device"]}', f'- commit: {info["commit"]}', f'- seed: {info["seed"]}',
              f'- date: {info["date"]}',
              f'- command: `{info["command"]}`', '',
-             '| model | dev accuracy | public reference (dev) | handout asks | wall time per stage (s; epochs where a time budget chose them) | pretraining: tokens/s, model FLOP utilisation (the FLOPs of the positions that can change the loss, over the command\'s wall time) |',
+             '| model | dev accuracy | public reference (dev) | handout asks | wall time per stage (s; epochs where a time budget chose them) | pretraining: tokens/s, model FLOP utilisation (the FLOPs of the positions that can change the loss, over the command\'s wall time; and over its training alone) |',
              '|---|---|---|---|---|---|']
     for r in rows:
         acc = '-' if r['dev'] is None else f"{r['dev']['percent']:.1f}% ({r['dev']['correct']:.0f}/{r['dev']['total']:.0f})"
         secs = ', '.join(f'{k} {v:.0f}' for k, v in r['seconds'].items()) or '-'
         pace = r['pretraining']
-        pace = f"{pace['tokens_per_second']:,.0f}, {pace['mfu']}" if pace else '-'
+        pace = f"{pace['tokens_per_second']:,.0f}, {pace['mfu']}" + (
+            f"; training: {pace['training_mfu']}" if 'training_mfu' in pace else '') if pace else '-'
         lines.append(f"| {r['model']} | {acc} | {r['public']} | {r['handout_minimum'] or '-'} | {secs} | {pace} |")
     if info['readings']:
         lines += [''] + [f'- {name}: {text}' for name, text in info['readings'].items()]

@@ -287,6 +287,30 @@ def test_the_first_step_s_one_off_cost_is_not_taken_for_the_pace(name_data, monk
     assert took == pytest.approx(1 + 20 * 0.3) and lrs[-1] == pytest.approx(1e-4)
 
 
+def test_each_epochs_wall_seconds_are_kept_for_the_record(name_data, monkeypatch, tmp_path):
+    """Every run keeps its epochs' seconds on the clock as they were (the run's record: where a
+    short GPU stage's time goes), the first step's one-off cost in the first epoch, where the
+    budget's pace leaves it out; and a checkpoint in the epoch that wrote it."""
+    clock = slow_steps(monkeypatch, lambda n: 1.1 if n == 0 else 0.1)
+    t, _, _ = budgeted_run(name_data, None, max_epochs=3, clock=clock)
+    assert t.epoch_walls == pytest.approx([1.3, 0.3, 0.3])
+    assert not hasattr(t, 'epoch_seconds')  # (no budget, no pace)
+    monkeypatch.setattr(measure.StepTimer, 'times', lambda self, *a, **k: [0.1] * 3)
+    t, _, _ = budgeted_run(name_data, 60, max_epochs=3, clock=clock)
+    assert t.epoch_walls == pytest.approx([0.3, 0.3, 0.3])  # (the first step's cost: one-off)
+    assert t.epoch_seconds == pytest.approx([0.3, 0.3, 0.3])
+    from engine import checkpoint
+    real = checkpoint.Resumable.on_epoch_end
+
+    def slow_checkpoint(self, trainer, epoch):
+        clock.now += 5.0 if epoch == 1 else 0.0
+        return real(self, trainer, epoch)
+    monkeypatch.setattr(checkpoint.Resumable, 'on_epoch_end', slow_checkpoint)
+    t, _, _ = budgeted_run(name_data, None, max_epochs=3, clock=clock,
+                           resume_path=str(tmp_path / 'run.ckpt'), checkpoint_every=0)
+    assert t.epoch_walls == pytest.approx([0.3, 5.3, 0.3])
+
+
 @pytest.mark.parametrize('step, epochs', [(0.1, 17), (0.2, 7)])
 def test_a_budget_that_holds_what_follows_keeps_its_time_at_the_run_s_pace(
         name_data, monkeypatch, capsys, step, epochs):

@@ -159,6 +159,9 @@ def test_each_output_has_a_record_of_the_settings_used(pipeline):
         assert list(phases) == ['imports', 'setup', 'training', 'after'], phases
         assert min(phases.values()) >= 0 and phases['imports'] > 0 and phases['training'] > 0
         assert sum(phases.values()) == pytest.approx(r['seconds'], abs=0.5), (phases, r['seconds'])
+        # and each epoch's seconds, within the training's
+        walls = r['epoch_walls']
+        assert len(walls) == r['epochs_trained'] and 0 < sum(walls) <= phases['training'] + 0.1
     assert records['ft.params']['reading_params_path'] == 'pt.params'
     dev_preds = (d / 'dev.predictions').read_text(encoding='utf-8').split('\n')
     assert records['dev.predictions']['correct'] == sum(p == place for p, (_, place) in zip(dev_preds, DEV))

@@ -94,6 +94,13 @@ def test_the_report_gives_each_pretraining_s_pace_and_flop_utilisation(finished_
     run_all.report(str(finished_run), {}, [], 'handout', models=['vanilla'])
     row = [l for l in (finished_run / 'report.md').read_text().splitlines() if l.startswith('| vanilla |')]
     assert row[0].endswith(f"| {50 * 128 * 127 / 2.0:,.0f}, — |")  # this machine: no known peak
+    # a record that splits the command's time: the utilisation of its training alone too
+    record['phases'] = dict(imports=0.4, setup=0.3, training=1.25, after=0.05)
+    (finished_run / 'vanilla.pretrain.params.run.json').write_text(json.dumps(record))
+    pace = run_all.pretraining_pace(str(finished_run), 'vanilla', 'GPU: NVIDIA H100 80GB HBM3, torch x')
+    assert pace['mfu'] == f'{tflops:,.1f} TFLOP/s, {tflops / 66.9:.1%}'
+    tflops = 50 * 128 * needed / 1.25 / 1e12
+    assert pace['training_mfu'] == f'{tflops:,.1f} TFLOP/s, {tflops / 66.9:.1%}'
 
 
 def test_a_folder_of_main_sh_s_commands_reports_their_times_and_its_command(finished_run):

@@ -390,6 +390,7 @@ def save_params(gpt, args, device, run, tconf, budget, stage):
                  steps=run.step, tokens=run.tokens,
                  epoch_seconds=[round(t, 2) for t in getattr(run, 'epoch_seconds', [])] or None,
                  phases=phases(args, run.progress),
+                 epoch_walls=[round(t, 3) for t in getattr(run, 'epoch_walls', [])] or None,
                  others_share=getattr(run, 'others_share', None) and round(run.others_share, 4))
 
 

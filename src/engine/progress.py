@@ -75,3 +75,21 @@ class Progress:
             self.flush(tokens)
             self.pbar.close()
             self.end_time = time.time()
+
+
+class EpochClock:
+    """The trainer's extra that keeps each epoch's seconds on the wall clock (trainer.epoch_walls,
+    for the run's record), read from `clock`: where a short GPU stage's time goes, its first
+    epochs holding the workers' start and the steps' recordings, a checkpoint the epoch that
+    wrote it. Last of the extras, so an epoch's seconds hold what the others did at its end."""
+
+    def __init__(self, clock=time.time):
+        self.clock = clock
+
+    def on_train_start(self, trainer):
+        self.last, trainer.epoch_walls = self.clock(), []
+
+    def on_epoch_end(self, trainer, epoch):
+        now = self.clock()
+        trainer.epoch_walls.append(now - self.last)
+        self.last = now

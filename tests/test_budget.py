@@ -366,7 +366,7 @@ def pretrain_args(*extra, preset='cpu-20min'):
     args = run.parse_args(['pretrain', 'vanilla', 'corpus.txt', '--writing_params_path',
                            'p.params', '--preset', preset, '--precision', 'fp32',
                            '--batch_size', '8', *extra])
-    args.edition = '2021-23'  # (check_args fills it in)
+    args.edition, args.compile = '2021-23', False  # (check_args fills them in: a CPU's 'auto')
     return args
 
 

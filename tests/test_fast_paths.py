@@ -692,3 +692,11 @@ def test_compile_takes_a_mode_and_alone_means_the_default():
     assert run.parse_args(base + ['--compile', 'reduce-overhead']).compile == 'reduce-overhead'
     with pytest.raises(SystemExit):
         run.parse_args(base + ['--compile', 'fastest'])
+    # an 'auto' that reached the model unresolved compiled it unasked (a test helper's, 20-95 s
+    # of a CPU step): the model's wrapper refuses any value check_args does not leave
+    from engine import distributed
+    for value in ('auto', 'none', 'fastest'):
+        with pytest.raises(ValueError, match=f"not '{value}'"):
+            distributed.wrapped(torch.nn.Linear(2, 2), torch.device('cpu'), value)
+    plain = torch.nn.Linear(2, 2)
+    assert distributed.wrapped(plain, torch.device('cpu'), False) is plain

@@ -107,7 +107,11 @@ class GraphedSteps(torch.nn.Module):
 def wrapped(model, device, compile=False):
     """The model a training step calls: DDP-wrapped under torchrun, compiled when asked
     (compile: True or 'default', or 'reduce-overhead': CUDA graphs on a GPU as well; 'graphs'
-    compiles nothing)."""
+    compiles nothing). Any other value is a caller's mistake: command.check_args resolves
+    'auto', and an unresolved one compiled the model unasked."""
+    if compile not in (False, None, True, 'default', 'reduce-overhead', 'graphs'):
+        raise ValueError(f'wrapped: compile must be False, True, \'default\', '
+                         f'\'reduce-overhead\' or \'graphs\', not {compile!r}')
     if active():
         # broadcast_buffers=False: the buffers (causal masks, RoPE tables) never change, so
         # re-sending them before every forward pass is wasted traffic

@@ -271,8 +271,8 @@ def wiki_needed_lengths():
 def pretraining_pace(out, name, device):
     """(tokens per second, model FLOP utilisation) of a model's pretraining from the record run.py
     wrote beside its params, over that command's wall time (and the utilisation over its
-    training alone, where the record splits the command's time); None without one. Tokens count every
-    position, as the handout's trainer does. The FLOPs (forward and backward, on the plain fp32
+    training alone, where the record splits the command's time); None without one. Tokens count
+    every position, as the handout's trainer does. The FLOPs (forward and backward, on the plain fp32
     model) are those of the positions that can change the loss, the least any path computes
     (flops.py): of wiki.txt's span corruption, or every position of a preset's mix."""
     if name not in MODELS or not MODELS[name][2]:
@@ -348,8 +348,11 @@ def report(out, timings, flags, preset, models=DEFAULT_MODELS, out_arg=None, tim
         acc = '-' if r['dev'] is None else f"{r['dev']['percent']:.1f}% ({r['dev']['correct']:.0f}/{r['dev']['total']:.0f})"
         secs = ', '.join(f'{k} {v:.0f}' for k, v in r['seconds'].items()) or '-'
         pace = r['pretraining']
-        pace = f"{pace['tokens_per_second']:,.0f}, {pace['mfu']}" + (
-            f"; training: {pace['training_mfu']}" if 'training_mfu' in pace else '') if pace else '-'
+        if pace:
+            pace = f"{pace['tokens_per_second']:,.0f}, {pace['mfu']}" + \
+                (f"; training: {pace['training_mfu']}" if 'training_mfu' in pace else '')
+        else:
+            pace = '-'
         lines.append(f"| {r['model']} | {acc} | {r['public']} | {r['handout_minimum'] or '-'} | {secs} | {pace} |")
     if info['readings']:
         lines += [''] + [f'- {name}: {text}' for name, text in info['readings'].items()]

@@ -101,6 +101,9 @@ def test_the_report_gives_each_pretraining_s_pace_and_flop_utilisation(finished_
     assert pace['mfu'] == f'{tflops:,.1f} TFLOP/s, {tflops / 66.9:.1%}'
     tflops = 50 * 128 * needed / 1.25 / 1e12
     assert pace['training_mfu'] == f'{tflops:,.1f} TFLOP/s, {tflops / 66.9:.1%}'
+    run_all.report(str(finished_run), {}, [], 'handout', models=['vanilla'])
+    row = [l for l in (finished_run / 'report.md').read_text().splitlines() if l.startswith('| vanilla |')]
+    assert row[0].endswith(f"| {50 * 128 * 127 / 2.0:,.0f}, —; training: — |")
 
 
 def test_a_folder_of_main_sh_s_commands_reports_their_times_and_its_command(finished_run):

@@ -9,7 +9,9 @@ error, and the test reads it there. The tests that need bubblewrap skip where it
 as root or the interpreter is closed to other users (.ci/run opens it)."""
 import os
 import shutil
+import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -255,7 +257,59 @@ except OSError:
     pass
 SEEN = children'''
     assert 0 < int(seen(tmp_path, code, 'user')) < user_sandbox.PROCESSES
-    assert user_sandbox.processes_of(user_sandbox.account().pw_uid) == []
+    assert user_sandbox.started(user_sandbox.account().pw_uid) == []
+
+
+def alive(pid):
+    """Whether `pid` is a process that has not ended (a zombie has)."""
+    try:
+        with open(f'/proc/{pid}/status') as f:
+            return next(x for x in f if x.startswith('State:')).split()[1] != 'Z'
+    except (OSError, StopIteration):
+        return False
+
+
+@needs_user
+def test_the_user_sandbox_ends_what_the_probe_started_and_nothing_else(tmp_path):
+    """A process of the sandbox's account that the grading did not start survives it; one that
+    the submission started and detached (a new session, a double fork) does not. (Before, the
+    sandbox ended every process of the account, and its account was `nobody` where a5probe was
+    missing: other services' processes.)"""
+    user = user_sandbox.account()
+    # started as the account, detached so that it is nobody's child here (the intermediate exits)
+    outside_pid = int(subprocess.run([sys.executable, '-I', '-c', '''import subprocess
+print(subprocess.Popen(["sleep", "120"], start_new_session=True, stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).pid)'''],
+                                     user=user.pw_uid, group=user.pw_gid, extra_groups=[],
+                                     check=True, cwd='/', capture_output=True, text=True).stdout)
+    try:
+        assert alive(outside_pid)
+        code = '''import os, time
+r, w = os.pipe()
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.write(w, str(os.getpid()).encode())
+        time.sleep(120)
+    os._exit(0)
+os.wait()
+SEEN = int(os.read(r, 20))'''
+        inside_pid = int(seen(tmp_path, code, 'user'))
+        assert not alive(inside_pid)
+        assert alive(outside_pid)
+    finally:
+        os.kill(outside_pid, signal.SIGKILL)
+
+
+def test_the_user_sandbox_runs_as_its_own_account_only(monkeypatch):
+    """No account a5probe, and none can be made: the sandbox refuses, naming the command that
+    makes it, rather than running as `nobody`."""
+    monkeypatch.setattr(user_sandbox, 'USER', 'a5probe-missing-for-a-test')
+    monkeypatch.setattr(user_sandbox, 'MAKE_USER', ['false'])
+    monkeypatch.setattr(os, 'geteuid', lambda: 0)
+    assert user_sandbox.account() is None
+    why = user_sandbox.problem()
+    assert 'no account a5probe-missing-for-a-test' in why and 'as root: false' in why, why
 
 
 @needs_user

@@ -17,6 +17,7 @@ for NameDataset in the handout's format. Where the handouts' text and their own 
 slicing disagree (LENGTHS, a third ⁇ after the masked content), both readings pass and the
 detail names the one followed.
 """
+import functools
 import json
 import math
 import os
@@ -180,8 +181,8 @@ def run_probe(src, sandbox, request, wall_seconds=DEFAULTS['wall_seconds'], isol
     (False): as the grader's user, with the limits above only (grade.py --no-sandbox)."""
     isolate = {True: 'bubblewrap', False: None}.get(isolate, isolate)
     os.makedirs(sandbox)
-    if isolate == 'user':
-        with user_sandbox.one_at_a_time(user_sandbox.account()):
+    if isolate == 'user':  # (Orphans: what the probe starts stays below the grader, to be ended)
+        with user_sandbox.one_at_a_time(user_sandbox.account()), user_sandbox.Orphans():
             return _run_probe(src, sandbox, request, wall_seconds, isolate, hidden)
     return _run_probe(src, sandbox, request, wall_seconds, isolate, hidden)
 
@@ -201,16 +202,17 @@ def _run_probe(src, sandbox, request, wall_seconds, isolate, hidden):
     env = {'PATH': '/usr/bin:/bin', 'HOME': work, 'TMPDIR': work, 'LANG': 'C.UTF-8',
            'LC_ALL': 'C.UTF-8', 'OMP_NUM_THREADS': '1', 'MKL_NUM_THREADS': '1'}
     argv = [sys.executable, '-I', '-B', probe, 'request.json']
-    end = (lambda: user_sandbox.end_all(user)) if user is not None else None
+    end = None
     with user_sandbox.Hidden(hidden if user is not None else ()):  # (unhidden last)
         try:
             if user is not None:
                 proc = user_sandbox.popen_as(user, argv, work, env, subprocess.PIPE, _limit_files)
                 uid = user.pw_uid
+                end = functools.partial(user_sandbox.end_started, user, spare=(proc.pid,))
                 watchdog = user_sandbox.Watchdog(
                     lambda: user_sandbox.owned(uid, (work,) + user_sandbox.SHARED_TMP,
                                                user_sandbox.FILES_CAP + 1)
-                    + (len(user_sandbox.processes_of(uid)),), end)
+                    + (len(user_sandbox.started(uid)),), end)
             else:
                 if isolate == 'bubblewrap':
                     argv = sandbox_command(argv, os.path.abspath(sandbox))
@@ -227,8 +229,9 @@ def _run_probe(src, sandbox, request, wall_seconds, isolate, hidden):
         finally:
             if watchdog is not None:
                 watchdog.stop()
-            if user is not None:  # every process of the user, then its files, before unhiding
-                end()
+            if user is not None:  # the processes it started, then its files, before unhiding
+                if end is not None:
+                    end()
                 user_sandbox.remove_owned(user.pw_uid)
                 folder.close()
 

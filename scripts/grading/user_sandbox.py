@@ -3,7 +3,10 @@
 Gradescope runs the autograder in a Docker container whose default seccomp profile refuses every
 new namespace (bubblewrap's maintainers say it needs seccomp=unconfined there). The grader runs as
 root there, so it can do what Gradescope's own advice for student code is: run it as an
-unprivileged user. Here that user (USER, which the autograder's setup.sh creates; else `nobody`):
+unprivileged user. That user is USER, an account of its own: the autograder's setup.sh creates
+it, and a grader run as root elsewhere creates it the first time it needs it (or, where it cannot,
+refuses with the command that does). Never a shared account such as `nobody`, whose processes
+belong to other services. The user:
 
 - runs the probe from a folder of its own (a scratch folder under /tmp, 0711, its `work/` the
   user's and the only place it is told to write), the probe script copied in, read-only to it;
@@ -14,9 +17,12 @@ unprivileged user. Here that user (USER, which the autograder's setup.sh creates
   privileges (setuid programs stay unprivileged); the probe adds CPU time, memory and file size;
   a watchdog ends the run when the user's files in its folder and the shared temporary folders
   pass DISK_CAP or FILES_CAP;
-- ends with every process of the user killed (`kill(-1)` as that user, until none is left) and
-  every file of the user in the shared temporary folders removed. Two graders on one machine
-  take turns (`one_at_a_time`): each would end the other's probe.
+- ends with the processes the probe started killed, until none is left: while a probe runs the
+  grader is their child subreaper (`Orphans`), so a process that detaches itself (a new
+  session, a double fork) is still below the grader, and the grader ends the processes of the
+  user below it (`end_started`), never the account's others; then every file of the user in the
+  shared temporary folders is removed. Two graders on one machine take turns
+  (`one_at_a_time`).
 
 It does not take the network away (no namespaces: nothing to take it with); nothing the user can
 read is worth sending. bubblewrap stays the first choice where it runs (spec_check).
@@ -28,6 +34,7 @@ import os
 import pwd
 import resource
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -35,34 +42,45 @@ import tempfile
 import threading
 import time
 
-USER = 'a5probe'  # the autograder's setup.sh: useradd --system --no-create-home a5probe
+USER = 'a5probe'
+MAKE_USER = ['useradd', '--system', '--no-create-home', '--shell', '/usr/sbin/nologin', USER]
 PROCESSES = 64  # RLIMIT_NPROC of the user: a fork bomb stops there
 OPEN_FILES = 256
 DISK_CAP = 256 << 20  # bytes of the user's files, in its folder and the shared temporary ones
 FILES_CAP = 20000
 SHARED_TMP = ('/tmp', '/var/tmp', '/dev/shm')
-PR_SET_NO_NEW_PRIVS = 38
+PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 36, 37, 38
 
 
 def account():
-    """The passwd entry to run the probe as: USER, else nobody; None where there is neither."""
-    for name in (USER, 'nobody'):
-        try:
-            entry = pwd.getpwnam(name)
-        except KeyError:
-            continue
-        if entry.pw_uid != 0:
-            return entry
-    return None
+    """The passwd entry of USER, or None where there is no such account (or it is root's)."""
+    try:
+        entry = pwd.getpwnam(USER)
+    except KeyError:
+        return None
+    return entry if entry.pw_uid != 0 else None
+
+
+def make_account():
+    """USER's entry, the account created first where it is missing and this is root (one note
+    on stderr says so); None where it is missing and cannot be created."""
+    if account() is None and os.geteuid() == 0 and shutil.which(MAKE_USER[0]):
+        made = subprocess.run(MAKE_USER, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        if made.returncode == 0:
+            print(f'note: made the account {USER} for the grader\'s user sandbox (userdel {USER} '
+                  'removes it)', file=sys.stderr, flush=True)
+    return account()
 
 
 def problem():
-    """None where this sandbox can run here, else why not, in a sentence."""
+    """None where this sandbox can run here (USER made where it is missing), else why not, in a
+    sentence."""
     if os.geteuid() != 0:
         return 'the grader is not root, so it cannot run the probe as another user'
-    user = account()
+    user = make_account()
     if user is None:
-        return f'there is no user {USER} (or nobody) to run the probe as'
+        return (f'there is no account {USER} to run the probe as, and it could not be made '
+                f'(as root: {" ".join(MAKE_USER)})')
     import torch  # (where the probe imports it from)
     for path in (os.path.realpath(sys.executable), sys.prefix, sys.base_prefix,
                  os.path.dirname(torch.__file__)):
@@ -134,35 +152,78 @@ def _limits():
         raise OSError(ctypes.get_errno(), 'prctl(PR_SET_NO_NEW_PRIVS)')
 
 
-def processes_of(uid):
-    """The pids of the processes whose real user is `uid`."""
-    found = []
+def process_table():
+    """{pid: (parent pid, real uid, state)} of every process /proc shows."""
+    table = {}
     for name in os.listdir('/proc'):
         if not name.isdigit():
             continue
         try:
             with open(f'/proc/{name}/status') as f:
-                line = next(x for x in f if x.startswith('Uid:'))
-        except (OSError, StopIteration):
+                fields = dict(line.split(':', 1) for line in f if ':' in line)
+            table[int(name)] = (int(fields['PPid']), int(fields['Uid'].split()[0]),
+                                fields['State'].split()[0])
+        except (OSError, KeyError, ValueError, IndexError):
             continue
-        if int(line.split()[1]) == uid:
-            found.append(int(name))
+    return table
+
+
+def below(pid, table):
+    """The pids of `table` that descend from `pid`."""
+    children = {}
+    for p, (ppid, _, _) in table.items():
+        children.setdefault(ppid, []).append(p)
+    found, stack = [], [pid]
+    while stack:
+        kids = children.get(stack.pop(), [])
+        found += kids
+        stack += kids
     return found
 
 
-def end_all(user, rounds=50):
-    """Every process of `user` killed: kill(-1, SIGKILL) from a process of that user reaches
-    every other one of it, new ones too; repeated until none is left. True when none is."""
+def started(uid):
+    """The live processes of `uid` below this process (the grader): under Orphans, every process
+    a probe started, however it detached itself, and no other process of the account."""
+    table = process_table()
+    return [p for p in below(os.getpid(), table) if table[p][1] == uid and table[p][2] != 'Z']
+
+
+class Orphans:
+    """While it is held, this process is a child subreaper: a process below it whose parent
+    ends is handed to it, not to init, so what a probe starts stays below the grader
+    (`started`). Put back as it was after."""
+
+    def __enter__(self):
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        before = ctypes.c_int(0)
+        self.libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(before), 0, 0, 0)
+        self.before = before.value
+        if self.libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), 'prctl(PR_SET_CHILD_SUBREAPER)')
+        return self
+
+    def __exit__(self, *exc):
+        self.libc.prctl(PR_SET_CHILD_SUBREAPER, self.before, 0, 0, 0)
+
+
+def end_started(user, spare=(), rounds=50):
+    """Every process of `user` the probe started (`started`) killed, until none is left; those
+    handed to this process (Orphans) reaped, but `spare` (the probe itself: its Popen waits for
+    it). True when none is left."""
     for _ in range(rounds):
-        if not processes_of(user.pw_uid):
-            return True
-        subprocess.run([sys.executable, '-I', '-S', '-c',
-                        'import os, signal\ntry:\n os.kill(-1, signal.SIGKILL)\nexcept OSError:\n pass'],
-                       user=user.pw_uid, group=user.pw_gid, extra_groups=[],
-                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, cwd='/')
-        time.sleep(0.05)
-    return not processes_of(user.pw_uid)
+        pids = started(user.pw_uid)
+        if not pids:
+            break
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.02)
+        table = process_table()
+        for pid, (ppid, uid, state) in table.items():
+            if ppid == os.getpid() and uid == user.pw_uid and state == 'Z' and pid not in spare:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)
+    return not started(user.pw_uid)
 
 
 def owned(uid, roots, limit):
@@ -232,21 +293,7 @@ class Folder:
 def descendants(pid):
     """How many processes descend from `pid` (under bubblewrap: every process of its PID
     namespace, whose first process is one of them)."""
-    children = {}
-    for name in os.listdir('/proc'):
-        if name.isdigit():
-            try:
-                with open(f'/proc/{name}/stat') as f:
-                    ppid = int(f.read().rsplit(')', 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(name))
-    count, stack = 0, [pid]
-    while stack:
-        kids = children.get(stack.pop(), [])
-        count += len(kids)
-        stack += kids
-    return count
+    return len(below(pid, process_table()))
 
 
 class Watchdog(threading.Thread):

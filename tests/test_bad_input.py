@@ -10,6 +10,7 @@ Error cases run in-process through run.main (fast). Inputs: tiny_run.py.
 """
 import json
 import os
+import pickle
 import shutil
 import subprocess
 import sys
@@ -392,6 +393,22 @@ def test_errors_through_the_real_command_line(ws):
                               text=True, encoding='utf-8', timeout=120)
         assert proc.returncode == 2
         assert_one_error((proc.returncode, proc.stdout, proc.stderr), ws, *words)
+
+
+def test_a_pickle_that_is_no_params_file_is_one_line_on_stderr(ws, tmp_path):
+    """A dict pickled with protocol 4: torch warned about the protocol in two lines before the
+    error line; the whole of stderr is now the error."""
+    with open(ws / 'pickled.params', 'wb') as f:
+        pickle.dump({'a': 1}, f, protocol=4)
+    proc = subprocess.run([sys.executable, RUN, 'evaluate', 'vanilla', 'corpus.txt',
+                           '--reading_params_path', 'pickled.params', '--eval_corpus_path',
+                           'dev.tsv', '--outputs_path', str(tmp_path / 'out.predictions')] + FAST,
+                          cwd=ws, env=ENV, capture_output=True, text=True, encoding='utf-8',
+                          timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        'error: --reading_params_path pickled.params: not a readable params file (not a torch.save '
+        'file of tensors)'], proc.stderr
 
 
 # ---- evaluation input that is malformed but answerable ---------------------------------------

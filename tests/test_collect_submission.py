@@ -221,6 +221,14 @@ def test_ambiguous_or_unknown_handout(workdir):
         assert not any(n.startswith('perceiver') for n in z.namelist())
 
 
+def test_an_unknown_handout_is_one_error_line(workdir):
+    """argparse printed its usage (two lines) before the error line."""
+    r = run(workdir, '--handout', 'bogus')
+    assert r.returncode == 2 and r.stderr.count('\n') == 1, r.stderr
+    assert r.stderr.startswith("error: argument --handout: invalid choice: 'bogus'"), r.stderr
+    assert leftovers(workdir) == []
+
+
 def test_edition_flag_names_the_other_word(workdir):
     """--edition is run.py's starter-code setting (2021-23, 2024-25); here the handout is meant."""
     make_outputs(workdir, 'rope')

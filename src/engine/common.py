@@ -9,8 +9,6 @@ import os
 import subprocess
 import tempfile
 
-import torch
-
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse whose errors are one line, `error: <what> (see <prog> --help)`, exit status 2."""
@@ -68,6 +66,7 @@ class LazyWriter:
 def save_state_dict(model, path):
     """torch.save(model.state_dict(), path), atomically. Compiled or DDP-wrapped models are
     unwrapped so the keys stay the handout's."""
+    import torch  # (here: the grader's torch-free scripts use this module's other pieces)
     model = getattr(model, 'module', model)
     model = getattr(model, '_orig_mod', model)
     atomic_write(path, lambda tmp: torch.save(model.state_dict(), tmp))

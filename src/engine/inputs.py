@@ -8,6 +8,7 @@ import os
 import pickle
 import re
 import sys
+import warnings
 import zipfile
 
 import torch
@@ -214,7 +215,9 @@ def read_state(path, device='cpu', max_bytes=None):
         if problem is not None:
             raise ParamsProblem(problem)
     try:
-        state = torch.load(path, map_location=device, weights_only=True)
+        with warnings.catch_warnings():  # (torch's warnings about what it reads: the error says it)
+            warnings.simplefilter('ignore')
+            state = torch.load(path, map_location=device, weights_only=True)
     except pickle.UnpicklingError as e:
         if 'Unsupported global' not in str(e):  # not a pickle weights_only refused: not a pickle
             raise ParamsProblem('not a readable params file (not a torch.save file of tensors)')

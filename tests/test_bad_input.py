@@ -226,6 +226,16 @@ BAD_INPUT = {
                                    'vanilla.params', '--eval_corpus_path', 'dev.tsv',
                                    '--outputs_path', '/dev/null'] + FAST,
                                   ['/dev/null', 'not a regular file']),
+    # names longer than the file system holds (before: trained to the end, then a traceback)
+    'params-name-too-long': (['pretrain', 'vanilla', 'corpus.txt', '--writing_params_path',
+                              'p' * 250 + '.params'] + FAST,
+                             ['--writing_params_path', 'bytes long', 'file system allows']),
+    'record-name-too-long': (['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path',
+                              'vanilla.params', '--eval_corpus_path', 'dev.tsv', '--outputs_path',
+                              'p' * 245 + '.pred'] + FAST,
+                             ['the run record of --outputs_path', 'bytes long']),
+    'log-folder-name-too-long': (['pretrain', 'vanilla', 'corpus.txt', '--tb_expt_name', 't' * 300]
+                                 + PT, ['tensorboard log folder', 'bytes long', '--tb_expt_name']),
     'params-empty-path': (['pretrain', 'vanilla', 'corpus.txt', '--writing_params_path', '']
                           + FAST, ['--writing_params_path', 'empty path']),
     'params-ending-in-a-slash': (['pretrain', 'vanilla', 'corpus.txt', '--writing_params_path',

@@ -37,8 +37,9 @@ def check_log_folder(folder):
     a folder that can be written, or the run would fail after its first step."""
     problem = paths.out_folder_problem(folder)
     if problem is not None:
-        raise UsageError(f'the tensorboard log folder {folder}: {problem} (run from a folder you '
-                         'can write to)')
+        raise UsageError(f'the tensorboard log folder {folder}: {problem} ' + (
+            '(a shorter --tb_expt_name?)' if 'bytes long' in problem else
+            '(run from a folder you can write to)'))
 
 
 def read_text(path, flag, lines=False):

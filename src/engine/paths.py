@@ -35,6 +35,23 @@ def folder_problem(folder):
     return None
 
 
+def name_problem(path):
+    """Why the file system cannot hold a file or folder named as `path`'s last part, or None:
+    its name must fit the folder's file system (PC_NAME_MAX bytes, 255 on most)."""
+    name = os.path.basename(os.path.normpath(path))
+    folder = os.path.dirname(os.path.abspath(path))
+    while not os.path.isdir(folder) and folder != os.path.dirname(folder):
+        folder = os.path.dirname(folder)
+    try:
+        limit = os.pathconf(folder, 'PC_NAME_MAX')
+    except (OSError, ValueError):
+        limit = 255
+    size = len(os.fsencode(name))
+    if size > limit:
+        return f'its name is {size} bytes long, more than the {limit} its file system allows'
+    return None
+
+
 def output_problem(path, others=()):
     """Why `path` cannot be written as an output, or None. `others`: (name, path) of everything
     else the command reads or writes (None paths are skipped)."""
@@ -46,6 +63,9 @@ def output_problem(path, others=()):
         return 'is a directory'
     if os.path.lexists(path) and not os.path.isfile(path):
         return 'exists and is not a regular file'
+    too_long = name_problem(path)
+    if too_long is not None:
+        return too_long
     folder = folder_problem(os.path.dirname(os.path.abspath(path)))
     if folder is not None:
         return folder
@@ -62,5 +82,8 @@ def out_folder_problem(folder):
         return 'is not a directory'
     existing = os.path.abspath(folder)
     while not os.path.exists(existing):
+        too_long = name_problem(existing)
+        if too_long is not None:
+            return f'its folder {os.path.basename(existing)[:24]}...: {too_long}'
         existing = os.path.dirname(existing)
     return folder_problem(existing)

@@ -494,6 +494,33 @@ def test_periodic_checkpoints_come_checkpoint_seconds_apart(tmp_path, monkeypatc
     assert (tmp_path / 'run.ckpt').exists()
 
 
+def test_a_resumed_run_takes_the_interrupted_runs_plan(tmp_path, monkeypatch):
+    """precision 'auto': the first run chose its path (a stand-in choice, the attention math);
+    resumed from its checkpoint, the run takes that choice, measuring nothing (before, it
+    measured again and could have chosen another)."""
+    from engine import cpu_paths, plan as planning
+    chosen = ('fp32', False)
+    monkeypatch.setattr(cpu_paths, 'choose', lambda *a, **k: (chosen, 'stand-in'))
+    utils.set_seed(0)
+    data = dataset.CharCorruptionDataset(CORPUS, 32)
+    make = lambda: model.GPT(model.GPTConfig(data.vocab_size, 32, n_layer=1, n_head=2,
+                                             n_embd=16, embd_pdrop=0, resid_pdrop=0, attn_pdrop=0))
+    values = dict(max_epochs=2, batch_size=len(data) // 2 + 1, precision='auto',
+                  resume_path=str(tmp_path / 'run.ckpt'), checkpoint_every=1)
+    run = trainer.Trainer(make(), data, None, trainer.TrainerConfig(**values))
+    run.train()
+    assert (run.plan.precision, run.plan.kernel) == chosen
+
+    def measured(*a, **k):
+        raise AssertionError('a resumed run measured its path again')
+    monkeypatch.setattr(cpu_paths, 'choose', measured)
+    gpt = make()
+    plan, _ = planning.make(gpt, data, trainer.TrainerConfig(**values, resume=True),
+                            trainer.train_step, trainer.make_optimizer, say=lambda *a, **k: None)
+    assert (plan.precision, plan.kernel) == chosen and 'checkpoint' in plan.how
+    assert all(m.cpu_kernel is False for m in gpt.modules() if hasattr(m, 'cpu_kernel'))
+
+
 def test_run_py_spaces_a_gpus_periodic_checkpoints_only():
     import run
     from engine import checkpoint, command

@@ -113,6 +113,7 @@ class Resumable:
             'tokens': trainer.tokens, 'step': trainer.step, 'epoch': epoch, 'it': it,
             'generator': generator_state, 'random': randoms,
             'batch_size': config.batch_size, **trainer.schedule.state_dict(),
+            'plan': trainer.plan.record(),  # (a resumed run goes on with it: plan.make)
         }
         atomic_write(config.resume_path, lambda tmp: torch.save(state, tmp))
         self.saved_at = trainer.clock()

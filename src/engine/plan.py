@@ -12,7 +12,8 @@ the settings chosen before it, with training steps that change nothing (measure.
   epochs     those that end within the time budget (budget).
 
 Nothing is timed where nothing can change: a run of one epoch takes a remembered precision
-unchecked, and a preset's budget over one epoch is not measured. The plan is printed as one
+unchecked, a preset's budget over one epoch is not measured, and a resumed run goes on with the
+plan its checkpoint holds. The plan is printed as one
 line (`plan: ...`, where anything was measured or chosen), written into the run's .run.json
 (record()), and handed to the Trainer; during training only the re-plan (budget.TimeBudget:
 epochs at the pace the epochs run; cpu_load.FollowLoad: threads at the load) and resume act.
@@ -94,6 +95,8 @@ def make(model, dataset, config, step, optimizer, clock=time.time, cpu_times=cpu
     plan = Plan(precision='fp32' if config.precision == 'auto' and not cpu else config.precision)
     if budgeted(config):  # the clock's time the budget counts from
         plan.start = config.start_time if config.start_time is not None else clock()
+    if config.resume and resume_plan(plan, model, config, device):
+        return announce(plan, config, say), model
     budget = budgeted(config) and not config.resume  # (a resumed run goes on with its plan)
     candidates = cpu_paths.cpu_candidates(model) if plan.precision == 'auto' else []
     set_path(plan, model, device)
@@ -116,10 +119,37 @@ def make(model, dataset, config, step, optimizer, clock=time.time, cpu_times=cpu
             torch.set_num_threads(plan.most_threads)
         raise
     plan.wrapped = timer.wrapped
+    return announce(plan, config, say), model
+
+
+def announce(plan, config, say):
+    """The plan's line said (where anything was measured or chosen); the plan."""
     line = plan.line(config)
     if line is not None and distributed.rank() == 0:
         say(line, flush=True)
-    return plan, model
+    return plan
+
+
+def resume_plan(plan, model, config, device):
+    """A resumed run goes on as the interrupted one chose (its checkpoint's plan): its precision
+    and attention path where 'auto' would measure them again, and its threads; the epochs are
+    its schedule's (checkpoint.Resumable.load). False where the checkpoint holds no plan
+    (written before plans were kept): the run measures anew."""
+    try:
+        saved = torch.load(config.resume_path, map_location='cpu', weights_only=True).get('plan')
+    except Exception:  # (unreadable: Resumable.load says why)
+        return False
+    if not isinstance(saved, dict):
+        return False
+    if plan.precision == 'auto':
+        plan.precision, plan.kernel = saved['precision'], saved.get('kernel')
+        plan.how = 'as the interrupted run chose it (its checkpoint)'
+    set_path(plan, model, device)
+    if saved.get('threads') is not None and follows(config, device):
+        plan.threads, plan.most_threads = saved['threads'], saved['most_threads']
+        plan.others = saved.get('others') or 0.0
+        torch.set_num_threads(plan.threads)
+    return True
 
 
 def set_path(plan, model, device):

@@ -41,7 +41,7 @@ from engine.common import MAX_BUDGET_MINUTES, OneLineParser, source_commit  # no
 from engine.datafiles import resolve  # noqa: E402
 from engine.paths import out_folder_problem  # noqa: E402
 from engine.presets import BLOCK_SIZE, PRESETS, mix, model_values  # noqa: E402
-from utils import evaluate_places  # noqa: E402
+from engine.inputs import evaluate_places  # noqa: E402
 
 # name -> (variant, extra flags, pretrain?)
 MODELS = {
@@ -257,7 +257,8 @@ def wiki():
     """The pretraining corpus (its CharCorruptionDataset), read once for all the models of a
     report: its vocabulary, and how much of its examples can change the loss."""
     from engine import inputs
-    return inputs.read_corpus(resolve('wiki.txt', 'wiki.txt'))
+    import dataset
+    return inputs.read_corpus(resolve('wiki.txt', 'wiki.txt'), dataset.CharCorruptionDataset)
 
 
 @functools.lru_cache(maxsize=None)

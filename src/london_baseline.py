@@ -1,45 +1,54 @@
-"""Handout file: the starter's london_baseline.py (its line fixed: tests/test_cli.py)."""
-# Calculate the accuracy of a baseline that simply predicts "London" for every
-#   example in the dev set.
-#   python src/london_baseline.py [EVAL_CORPUS_PATH]      (default birth_dev.tsv)
-# Prints the handout's `Correct: ...` line and, as the 2024-25 edition's script does, writes the
-# accuracy to london_baseline_accuracy.txt in the current folder (its submission includes it).
-# An empty or unreadable file, or one without gold places, is one error line (exit 2), and
-# nothing is written.
-import sys
+# [engine] Handout file: the starter's london_baseline.py (its lines: tests/test_cli.py).
+# TODO: [part d]
+# Compute the accuracy of a baseline that answers "London" to every question of the dev set.
+# Hint: the starter's utilities already score a list of predictions; a few lines suffice.
+# [engine]   python src/london_baseline.py [EVAL_CORPUS_PATH]      (default birth_dev.tsv)
+# [engine] It prints the handout's `Correct: ...` line and writes the accuracy to
+# [engine] london_baseline_accuracy.txt in the current folder (the 2024-25 submission zips it).
+# [engine] An empty or unreadable file, or one without gold places, is one error line (exit 2),
+# [engine] and nothing is written.
 
-from engine import common
-from engine import inputs
-from engine import paths
+import argparse  # noqa: F401 (the starter imports it)
+import sys  # [engine]
 import utils
-from engine.datafiles import resolve
 
-OUTPUT = 'london_baseline_accuracy.txt'
+from engine import common, inputs, paths  # [engine]
+from engine.datafiles import resolve  # [engine]
 
 
-def main(path='birth_dev.tsv'):
-    """The accuracy in [0, 100] of predicting London for every line of `path`."""
-    path = resolve(path, 'eval corpus')
-    rows = inputs.read_gold_lines(path, 'eval corpus')
-    if not any(row is not None and row[1] is not None for row in rows):
+def main():
+    accuracy = 0.0
+
+    # Compute accuracy in the range [0.0, 100.0]
+    ### YOUR CODE HERE ###
+    path = 'birth_dev.tsv'
+    path = resolve(sys.argv[1] if sys.argv[1:] else path, 'eval corpus')  # [engine]
+    rows = inputs.read_gold_lines(path, 'eval corpus')  # [engine] every line checked first
+    if not any(row is not None and row[1] is not None for row in rows):  # [engine]
         raise common.UsageError(f'eval corpus {path} has no gold places (its lines are bare '
-                               'questions): there is no accuracy to compute')
-    total, correct = utils.evaluate_places(path, ['London'] * len(rows))
-    print('Correct: {} out of {}: {}%'.format(correct, total, correct / total * 100))
-    return correct / total * 100
+                                'questions): there is no accuracy to compute')
+    with open(path, encoding='utf-8') as f:
+        questions = f.readlines()
+    total, correct = utils.evaluate_places(path, ['London'] * len(questions))
+    if total > 0:
+        accuracy = correct / total * 100
+    print('Correct: {} out of {}: {}%'.format(correct, total, accuracy))
+    ### END YOUR CODE ###
+
+    return accuracy
 
 
 if __name__ == '__main__':
-    try:
-        problem = paths.output_problem(OUTPUT, [('eval corpus', sys.argv[1] if sys.argv[1:] else None)])
-        if problem is not None:
-            raise common.UsageError(f'{OUTPUT} (written in the current folder): {problem}')
-        accuracy = main(*sys.argv[1:2])
-    except common.UsageError as e:
+    try:  # [wrapper]
+        # [engine] the output is checked before anything is read: never an input, a name that fits
+        problem = paths.output_problem('london_baseline_accuracy.txt', [  # [engine]
+            ('eval corpus', sys.argv[1] if sys.argv[1:] else None)])
+        if problem is not None:  # [engine]
+            raise common.UsageError(f'london_baseline_accuracy.txt (written in the current '
+                                    f'folder): {problem}')
+        accuracy = main()
+    except common.UsageError as e:  # [engine]
         print(f'error: {e}', file=sys.stderr)
         sys.exit(2)
-
-    def write(tmp):
-        with open(tmp, 'w', encoding='utf-8') as f:
-            f.write(f'{accuracy}\n')
-    common.atomic_write(OUTPUT, write)
+    with open("london_baseline_accuracy.txt", "w", encoding="utf-8") as f:
+        f.write(f"{accuracy}\n")

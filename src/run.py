@@ -1,145 +1,285 @@
-"""Handout file: the starter's run.py (flags, printed lines, files fixed: tests/test_cli.py).
+# [engine] Handout file: the starters' run.py, every edition's (its flags, printed lines and files:
+# [engine] tests/test_cli.py; how a starter is read out of it: scripts/grading/starter.py).
+# [engine] The engine (src/engine/) attaches on the lines marked [engine]: checks of every input
+# [engine] before any work, presets, time budgets, resume, batched decoding, files written whole.
+import random
+import argparse
+import sys  # [engine]
 
-Pretrain, finetune or evaluate one of the assignment's models: the handout's run.py.
+import dataset
+import models
+import trainer
+import utils
 
-    python src/run.py pretrain vanilla wiki.txt --writing_params_path vanilla.pretrain.params
-    python src/run.py finetune vanilla wiki.txt --reading_params_path vanilla.pretrain.params \
-        --writing_params_path vanilla.finetune.params --finetune_corpus_path birth_places_train.tsv
-    python src/run.py evaluate vanilla wiki.txt --reading_params_path vanilla.finetune.params \
-        --eval_corpus_path birth_dev.tsv --outputs_path vanilla.pretrain.dev.predictions
+import numpy as np  # [2021-22 2022-23] noqa: F401 (the starters import these)
+import torch
+import torch.nn as nn  # [2021-22 2022-23] noqa: F401
+from tqdm import tqdm
+from torch.nn import functional as F  # [2021-22 2022-23] noqa: F401
+from torch.utils.tensorboard import SummaryWriter  # [2022-23 2024-25]
 
-A handout file: its flags and defaults, its printed lines and the files it writes are the
-starter's, every edition's (2021-22 synthesizer, 2022-23 perceiver, 2024-25 rope; guarded by
-tests/test_cli.py and tests/test_model_compat.py). The engine beside it does the rest at a few
-named points: engine.command (flags the handout lacks, checks, the preset's settings, saving),
-engine.inputs (reading the files), engine.cpu_recipe (the CPU presets' data and model).
-"""
-import sys
-import time
+from engine import command, cpu_recipe, inputs  # [engine]
+from engine.common import LazyWriter as SummaryWriter  # [engine] its folder made at the first scalar
 
-START = time.time()  # a --time_budget counts from here
+random.seed(0)
 
-from engine import checkpoint  # noqa: E402
-from engine import command  # noqa: E402
-from engine import common  # noqa: E402
-from engine import cpu_recipe  # noqa: E402
-from engine import devices  # noqa: E402
-from engine import distributed  # noqa: E402
-from engine import inputs  # noqa: E402
-from engine import plan as planning  # noqa: E402
-import models  # noqa: E402
-from engine import presets  # noqa: E402
-import trainer  # noqa: E402
-import utils  # noqa: E402
-from engine.common import UsageError  # noqa: E402
-
-FUNCTIONS = ('pretrain', 'finetune', 'evaluate')
-VARIANTS = tuple(models.VARIANTS)
-
-argp = common.OneLineParser(prog='python src/run.py', description=__doc__.split('\n')[2])
-argp.add_argument('function', choices=FUNCTIONS, help="Choose pretrain, finetune, or evaluate")
-argp.add_argument('variant', choices=VARIANTS, help="Choose vanilla, synthesizer, perceiver or rope")
+argp = argparse.ArgumentParser()
+argp.add_argument('function', help="Choose pretrain, finetune, or evaluate")
+argp.add_argument('variant', help="Choose vanilla or rope")  # [2024-25]
+#[2022-23] argp.add_argument('variant', help="Choose vanilla or perceiver")
+#[2021-22] argp.add_argument('variant', help="Choose vanilla or synthesizer")
+argp.add_argument('--bottleneck_dim', type=int, default=32)  # [2022-23]
 argp.add_argument('pretrain_corpus_path', default=None)
-argp.add_argument('--bottleneck_dim', type=int, default=presets.BOTTLENECK_DIM)
 argp.add_argument('--reading_params_path', default=None)
 argp.add_argument('--writing_params_path', default=None)
 argp.add_argument('--finetune_corpus_path', default=None)
 argp.add_argument('--eval_corpus_path', default=None)
 argp.add_argument('--outputs_path', default=None)
-argp.add_argument('--pretrain_lr', default=None, type=float, help='default 6e-3')
-argp.add_argument('--finetune_lr', default=None, type=float, help='default 6e-4')
-argp.add_argument('--tb_expt_name', help='debug string for tb log.', default='run')
-command.add_engine_flags(argp)
-
-# Keep the block size 128. The pretraining corpus is always read, even to finetune or evaluate:
-# it gives every stage the same vocabulary.
-block_size = presets.BLOCK_SIZE
+argp.add_argument('--pretrain_lr', default=6e-3, type=float)  # [2022-23 2024-25]
+argp.add_argument('--finetune_lr', default=6e-4, type=float)  # [2022-23 2024-25]
+argp.add_argument('--tb_expt_name', help='debug string for tb log.',  # [2022-23 2024-25]
+                  default='run')
+command.add_engine_flags(argp)  # [engine] --preset, --time_budget, --resume, ...: one-line errors
 
 
-def parse_args(argv=None):
-    args = argp.parse_args(argv)
-    args.started = START
-    return args
+def parse_args(argv=None):  # [engine] the command line as main() reads it (tests, the grader)
+    return command.parsed(argp, argv)  # [engine]
 
 
-def run(args):
-    command.check_args(args)  # everything the run will need, before spending any time on it
-    device = distributed.init(devices.pick_device(args.device))
-    utils.set_seed(args.seed)
+def main(argv=None):  # [wrapper]
+    args = argp.parse_args(argv)  # [engine] (the command line a test or a script hands in)
+    #[2021-22 2022-23 2024-25] args = argp.parse_args()
+    args = command.parsed(argp, argv, args)  # [engine] which flags were typed; when it started
+    try:  # [wrapper]
+        command.check_args(args)  # [engine] every input and output checked before any work
 
-    text = inputs.read_text(args.corpus_path, 'pretrain_corpus_path')
-    pretrain_dataset = inputs.read_corpus(args.corpus_path, args.edition, text)
+        device = 'cpu'  # [2024-25]
+        if torch.cuda.is_available():  # [2024-25]
+            device = torch.cuda.current_device()
+        elif torch.backends.mps.is_available() and args.variant == 'vanilla':  # [2024-25]
+            device = 'mps'
+        #[2021-22 2022-23] device = torch.cuda.current_device() if torch.cuda.is_available() else 'cpu'
+        device = command.device(args)  # [engine] --device; torchrun's rank's GPU; seeds as its edition
 
-    # read and check the other inputs before building anything (none of this draws random numbers,
-    # so the model's initialisation is the handout's)
-    stage, data, schedule_length = None, None, len(pretrain_dataset)
-    if args.function == 'pretrain':
-        stage, data = 'pretrain', pretrain_dataset
-    elif args.function == 'finetune':
-        stage = 'finetune_pretrained' if args.reading_params_path is not None else 'finetune_scratch'
-        data = inputs.read_finetune(args.finetune_path, pretrain_dataset)
-    else:
-        prompts, gold_lines = inputs.read_evaluation(args.eval_path, pretrain_dataset.stoi,
-                                                     args.strict)
+        # [2022-23 2024-25] TensorBoard training log
+        writer = SummaryWriter(log_dir='expt/%s/%s_%s_pt_lr_%f_ft_lr_%f' % (  # [2024-25]
+            args.function,
+            args.tb_expt_name,
+            args.variant,
+            args.pretrain_lr,
+            args.finetune_lr))
+        #[2022-23] writer = SummaryWriter(log_dir='expt/%s/%s_%s_%d_pt_lr_%f_ft_lr_%f' % (
+        #[2022-23]     args.function,
+        #[2022-23]     args.tb_expt_name,
+        #[2022-23]     args.variant,
+        #[2022-23]     args.bottleneck_dim,
+        #[2022-23]     args.pretrain_lr,
+        #[2022-23]     args.finetune_lr))
+        writer = command.writer(args, SummaryWriter)  # [engine] the edition's folder, the rates trained at
 
-    # define the model: the variant's GPTConfig (models.VARIANTS) with the preset's sizes
-    smaller = None  # a CPU recipe's model for a slow machine, which the run's plan may choose
-    if presets.recipe(args.preset):  # not the handout's: a CPU recipe's data and model
-        data, schedule_length, model, smaller = cpu_recipe.prepare(args, stage, pretrain_dataset,
-                                                                   data, schedule_length, device)
-    else:
-        mconf = command.model_config(args, pretrain_dataset.vocab_size, block_size)
-        model = models.GPT(mconf).to(device)
-    if distributed.rank() == 0 and args.variant != 'synthesizer':  # (2021-22's run.py does not)
-        print('Model on device: ', next(model.parameters()).device)
-    if args.reading_params_path is not None and args.function != 'pretrain':
-        inputs.load_params(model, args.reading_params_path, command.describe_model(args), device)
+        # Keep the block size 128
+        # Why is the pretraining corpus always required (even if we're not pretraining?)
+        # It's because we're using it as a hack to always have the same vocabulary
+        # (that is, the same mapping from character to integer, and we build the
+        # vocab from the pretraining corpus.)
+        block_size = 128
+        text = open(args.pretrain_corpus_path, encoding='utf-8').read()
+        text = command.corpus_text(args, text)  # [engine] wiki.txt as the edition ships it
+        pretrain_dataset = dataset.CharCorruptionDataset(text, block_size)
+        pretrain_dataset.edition = args.edition  # [engine] the lengths of the command's edition
 
-    writer = None if distributed.rank() != 0 else common.LazyWriter(command.tensorboard_dir(args))
-    try:
-        if args.function in ('pretrain', 'finetune'):
-            tconf, budget = command.trainer_config(args, stage, schedule_length, device, writer)
-            # the machine measured once, the handout's step timed: precision, threads, epochs
-            plan, model = planning.make(model, data, tconf, trainer.train_step,
-                                        trainer.make_optimizer, smaller=smaller)
-            run = trainer.Trainer(model, data, None, tconf, plan)
-            run.train()
-            command.save_params(model, args, device, run, tconf, budget, stage)
-        elif distributed.rank() == 0:
-            evaluate(model, args, prompts, gold_lines, pretrain_dataset, device)
-    finally:  # also on an interrupt: the steps logged so far reach the events file
-        if writer is not None:
-            writer.close()
+        # We don't suggest you change these hyperparameters, as they're known to work.
+        # [2024-25] use them for both the vanilla and the RoPE models
+        # [2022-23] use them for both the vanilla and the perceiver models
+        # [2021-22] use them for both the vanilla and the synthesizer models
+        mconf = models.GPTConfig(
+            pretrain_dataset.vocab_size,
+            pretrain_dataset.block_size,
+            n_layer=4,
+            n_head=8,
+            n_embd=256)
+        mconf = command.model_config(args, mconf)  # [engine] the preset's sizes, --dropout, --plain
+
+        # define models.
+        # note: models should moved to device defined on lines 30-34.
+        randoms = command.random_states(device)  # [engine] (a slow machine's model drawn as this one)
+
+        model = None  # [2024-25]
+        if args.variant == 'vanilla':
+            # TODO: [part c] Make some model here
+            ### YOUR CODE HERE ###
+            model = models.GPT(mconf).to(device)
+            ### END YOUR CODE ###
+        elif args.variant == 'rope':  # [2024-25]
+            # TODO: [part g] Make some other model here
+            # set mconf.rope parameter
+            ### YOUR CODE HERE ###
+            mconf.rope = True
+            model = models.GPT(mconf).to(device)
+            ### END YOUR CODE ###
+        elif args.variant == 'perceiver':  # [2022-23]
+            # TODO: [part g] Make some other model here
+            # set mconf.perceiver, and mconf.bottleneck_dim parameters appropriately.
+            ### YOUR CODE HERE ###
+            mconf.perceiver = True
+            mconf.bottleneck_dim = args.bottleneck_dim
+            model = models.GPT(mconf).to(device)
+            ### END YOUR CODE ###
+        elif args.variant == 'synthesizer':  # [2021-22]
+            # TODO: [part g] Make some other model here
+            ### YOUR CODE HERE ###
+            mconf.synthesizer = True
+            model = models.GPT(mconf).to(device)
+            ### END YOUR CODE ###
+        else:
+            raise ValueError("Unknown model variant")
+        # [engine] a CPU preset's model for a slow machine, where it may be trained instead:
+        model = cpu_recipe.fit_model(args, model, mconf, models.GPT, device, randoms)  # [engine]
+
+        if args.variant != 'synthesizer' and command.rank() == 0:  # [wrapper 2022-23 2024-25]
+            print('Model on device: ', next(model.parameters()).device)
+
+        # Perform pretraining, finetuning, or evaluation
+        if args.function == 'pretrain':
+            assert args.writing_params_path is not None
+            # TODO [part f]:
+            # - Given:
+            #     1. A corpus specified in args.pretrain_corpus_path
+            #     2. An output path args.writing_params_path for the model parameters
+            # - Goals:
+            #     1. Pretrain the model on this corpus
+            #     2. Save the resulting model in args.writing_params_path
+            # - Make sure to use the following hyperparameters for pretraining:
+            #     max_epochs=650
+            #     batch_size=128
+            # [2021-22]     learning_rate=6e-3
+            # [2022-23 2024-25]     learning_rate=args.pretrain_lr
+            #     lr_decay=True
+            #     warmup_tokens=512*20
+            # [2021-22 2022-23]     final_tokens=200*len(pretrain_dataset)*block_size
+            # [2024-25]     final_tokens=650*len(pretrain_dataset)*block_size
+            #     num_workers=4
+            # [2022-23 2024-25]     writer=writer
+
+            ### YOUR CODE HERE ###
+            if args.edition == '2024-25':  # [wrapper 2024-25]
+                tconf = trainer.TrainerConfig(max_epochs=650, batch_size=128,
+                                              learning_rate=args.pretrain_lr, lr_decay=True,
+                                              warmup_tokens=512*20,
+                                              final_tokens=650*len(pretrain_dataset)*block_size,
+                                              num_workers=4, writer=writer)
+            else:  # [wrapper 2021-22 2022-23]
+                tconf = trainer.TrainerConfig(max_epochs=650, batch_size=128,  # [2022-23]
+                                              learning_rate=args.pretrain_lr, lr_decay=True,
+                                              warmup_tokens=512*20,
+                                              final_tokens=200*len(pretrain_dataset)*block_size,
+                                              num_workers=4, writer=writer)
+                #[2021-22] tconf = trainer.TrainerConfig(max_epochs=650, batch_size=128,
+                #[2021-22]                               learning_rate=6e-3, lr_decay=True,
+                #[2021-22]                               warmup_tokens=512*20,
+                #[2021-22]                               final_tokens=200*len(pretrain_dataset)*block_size,
+                #[2021-22]                               num_workers=4)
+            # [engine] a CPU preset's data (not the handout's), its settings, the flags typed:
+            pretrain_dataset, tconf = command.training(args, 'pretrain', pretrain_dataset,  # [engine]
+                                                       tconf, device, writer,
+                                                       questions=dataset.NameDataset)
+            trainer_obj = trainer.Trainer(model, pretrain_dataset, None, tconf)
+            trainer_obj.train()
+            command.save_params(trainer_obj.model, args, trainer_obj)  # [engine] whole or not at all
+            #[2021-22 2022-23 2024-25] torch.save(model.state_dict(), args.writing_params_path)
+            ### END YOUR CODE ###
+        elif args.function == 'finetune':
+            assert args.writing_params_path is not None
+            assert args.finetune_corpus_path is not None
+            # TODO [part c] [part f]:
+            # - Given:
+            #     1. A finetuning corpus specified in args.finetune_corpus_path
+            #     2. A path args.reading_params_path containing pretrained model
+            #         parameters, or None if finetuning without a pretrained model
+            #     3. An output path args.writing_params_path for the model parameters
+            # - Goals:
+            #     1. If args.reading_params_path is specified, load these parameters
+            #         into the model
+            #     2. Finetune the model on this corpus
+            #     3. Save the resulting model in args.writing_params_path
+            # - Make sure to use the following hyperparameters:
+            #     [part d] Hyperparameters for finetuning WITHOUT a pretrained model:
+            #         max_epochs=75
+            #         batch_size=256
+            # [2021-22]         learning_rate=6e-4
+            # [2022-23 2024-25]         learning_rate=args.finetune_lr
+            #         lr_decay=True
+            #         warmup_tokens=512*20
+            #         final_tokens=200*len(pretrain_dataset)*block_size
+            #         num_workers=4
+            # [2022-23 2024-25]         writer=writer
+            #     [part f] Hyperparameters for finetuning WITH a pretrained model:
+            #         the same, with max_epochs=10
+            #     You can use the args.reading_params_path flag to switch between the
+            #     number of epochs for each case.
+
+            ### YOUR CODE HERE ###
+            if args.reading_params_path is not None:
+                inputs.load_params(model, args.reading_params_path, command.describe_model(args),  # [engine]
+                                   device)
+                #[2021-22 2022-23 2024-25] model.load_state_dict(torch.load(args.reading_params_path))
+                max_epochs = 10
+            else:
+                max_epochs = 75
+            tconf = trainer.TrainerConfig(max_epochs=max_epochs, batch_size=256,  # [2022-23 2024-25]
+                                          learning_rate=args.finetune_lr, lr_decay=True,
+                                          warmup_tokens=512*20,
+                                          final_tokens=200*len(pretrain_dataset)*block_size,
+                                          num_workers=4, writer=writer)
+            #[2021-22] tconf = trainer.TrainerConfig(max_epochs=max_epochs, batch_size=256,
+            #[2021-22]                               learning_rate=6e-4, lr_decay=True,
+            #[2021-22]                               warmup_tokens=512*20,
+            #[2021-22]                               final_tokens=200*len(pretrain_dataset)*block_size,
+            #[2021-22]                               num_workers=4)
+            finetune_dataset = dataset.NameDataset(pretrain_dataset,
+                                                   open(args.finetune_corpus_path, encoding='utf-8').read())
+            # [engine] a CPU preset's data (not the handout's), its settings, the flags typed:
+            finetune_dataset, tconf = command.training(args, 'finetune', finetune_dataset,  # [engine]
+                                                       tconf, device, writer, pretrain_dataset)
+            trainer_obj = trainer.Trainer(model, finetune_dataset, None, tconf)
+            trainer_obj.train()
+            command.save_params(trainer_obj.model, args, trainer_obj)  # [engine] whole or not at all
+            #[2021-22 2022-23 2024-25] torch.save(model.state_dict(), args.writing_params_path)
+            ### END YOUR CODE ###
+        elif args.function == 'evaluate':
+            assert args.outputs_path is not None
+            assert args.reading_params_path is not None
+            assert args.eval_corpus_path is not None
+            inputs.load_params(model, args.reading_params_path, command.describe_model(args),  # [engine]
+                               device)
+            #[2021-22 2022-23 2024-25] model.load_state_dict(torch.load(args.reading_params_path))
+            correct = 0
+            total = 0
+            if not args.plain:  # [engine] the same answers, decoded many at a time, written whole
+                command.evaluate(model, args, pretrain_dataset, device)  # [engine]
+            else:  # [starter]
+                with open(args.outputs_path, 'w', encoding='utf-8') as fout:
+                    predictions = []
+                    for line in tqdm(open(args.eval_corpus_path, encoding='utf-8')):
+                        x = line.split('\t')[0]
+                        x = x + '⁇'
+                        x = torch.tensor([pretrain_dataset.stoi[s] for s in x],
+                                         dtype=torch.long)[None, ...].to(device)
+                        pred = utils.sample(model, x, 32, sample=False)[0]
+                        completion = ''.join([pretrain_dataset.itos[int(i)] for i in pred])
+                        pred = completion.split('⁇')[1]
+                        predictions.append(pred)
+                        fout.write(pred + '\n')
+                    total, correct = utils.evaluate_places(args.eval_corpus_path, predictions)
+                if total > 0:
+                    print(f'Correct: {correct} out of {total}: {correct/total*100}%')
+                else:
+                    print(f'Predictions written to {args.outputs_path}; no targets provided')
+    except command.STOPS as e:  # [engine] bad input, a loss not finite, an interrupt: one line
+        sys.exit(command.report(e))
+    finally:  # [engine] the steps logged so far reach the events file, also on an interrupt
+        command.close_writer()  # [engine]
 
 
-def evaluate(model, args, prompts, gold_lines, pretrain_dataset, device):
-    """The handout's greedy answers (utils.sample, batched) to the questions, one a line in
-    --outputs_path, scored as utils.evaluate_places scores them."""
-    precision = devices.pick_precision(args.precision, device, training=False)
-    predictions = command.predict(model, prompts, pretrain_dataset, device, precision,
-                                  args.eval_batch_size)
-    total, correct = command.write_predictions(args, predictions, gold_lines, device, precision)
-    if total > 0:
-        print('Correct: {} out of {}: {}%'.format(correct, total, correct / total * 100))
-    else:
-        print('Predictions written to {}; no targets provided'.format(args.outputs_path))
-
-
-def main(argv=None):
-    args = parse_args(argv)
-    try:
-        run(args)
-    except UsageError as e:
-        print(f'error: {e}', file=sys.stderr)
-        sys.exit(2)
-    except trainer.LossNotFinite as e:
-        print(f'error: {e}; nothing was written (a lower learning rate may help)', file=sys.stderr)
-        sys.exit(1)
-    except checkpoint.TrainingInterrupted as e:
-        print(f'\ninterrupted: checkpoint written to {e}; continue with the same command '
-              'plus --resume', file=sys.stderr)
-        sys.exit(130)
-
-
-if __name__ == '__main__':
+if __name__ == '__main__':  # [engine]
     main()

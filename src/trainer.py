@@ -58,7 +58,7 @@ class TrainerConfig:
     log_every = 1  # read losses back every N steps (a GPU sync); tensorboard still gets every step
     resume_path, resume, checkpoint_every, checkpoint_seconds = None, False, 0, 0
     time_budget, start_time, budget_may_grow, budget_after = None, None, False, 0
-    follow_load, under_load, decay_share = False, None, None
+    follow_load, under_load, decay_share, smaller = False, None, None, None
 
     def __init__(self, **kwargs):
         for k, v in kwargs.items():
@@ -147,8 +147,10 @@ class Trainer:
 
     def train(self):
         config = self.config
-        self.plan = self.plan or planning.make(self.model, self.train_dataset, config, train_step,
-                                               make_optimizer, self.clock, self.cpu_times)[0]
+        if self.plan is None:  # (a CPU preset's plan may train its slow machine's model instead)
+            self.plan, self.model = planning.make(self.model, self.train_dataset, config,
+                                                  train_step, make_optimizer, self.clock,
+                                                  self.cpu_times, smaller=config.smaller)
         model = self.wrapped_model()
         self.optimizer = optimizer = make_optimizer(self.model, config, config.learning_rate)
         self.generator = torch.Generator().manual_seed(torch.initial_seed())

@@ -1,16 +1,21 @@
-"""Handout file: the starter's utils.py (names, results fixed: tests/test_starter_names.py).
-
-The handout's utils.py: set_seed, top_k_logits, sample, get_name_prediction and
-evaluate_places, as the starter names them (tests/test_starter_names.py). Handout file: its
-names and results are the starter's; the engine's helpers are in common.py."""
+# [engine] Handout file: the starter's utils.py (its names: tests/test_starter_names.py).
+# [engine] The commands score with the engine's reading of a questions file (engine.inputs
+# [engine] .score_places: blank lines and CRLF ends allowed), which counts as evaluate_places does
+# [engine] on a well-formed file, and decode with the batched engine.decode, which answers as
+# [engine] `sample` does.
+"""
+Utilities: seeding, decoding one sequence at a time, and the accuracy of predicted places.
+"""
 import random
-
+import numpy as np
 import torch
+import torch.nn as nn  # noqa: F401 (the starter imports it)
 from torch.nn import functional as F
 
 
 def set_seed(seed):
     random.seed(seed)
+    np.random.seed(seed)
     torch.manual_seed(seed)
     torch.cuda.manual_seed_all(seed)
 
@@ -24,11 +29,12 @@ def top_k_logits(logits, k):
 
 @torch.no_grad()
 def sample(model, x, steps, temperature=1.0, sample=False, top_k=None):
-    """The handout's decoding loop: take a conditioning sequence of indices in x (of shape (b,t))
-    and predict the next token in the sequence, feeding the predictions back into the model each
-    time. Clearly the sampling has quadratic complexity unlike an RNN that is only linear, and has
-    a finite context window of block_size, unlike an RNN that has an infinite context window.
-    Evaluation uses the equivalent batched decoder in decode.py; this one stays as the reference."""
+    """
+    Continue each row of the indices x (b, t) by `steps` indices, one at a time: the model sees
+    the sequence so far (its last block_size positions) and the next index is drawn from the
+    softmax of the last position's logits (sample=True), or is its most likely one. Every step
+    runs the whole sequence again: quadratic in its length.
+    """
     block_size = model.get_block_size()
     model.eval()
     for k in range(steps):
@@ -48,19 +54,19 @@ def sample(model, x, steps, temperature=1.0, sample=False, top_k=None):
             _, ix = torch.topk(probs, k=1, dim=-1)
         # append to the sequence and continue
         x = torch.cat((x, ix), dim=1)
+
     return x
 
 
-def get_name_prediction(model, dataset_object, input_string):
-    """The greedy answer to one question: `input_string` is the question and its \u2047 (as
-    run.py's evaluate builds it), the answer the text between the first two \u2047 of the
-    completion; `dataset_object` gives the vocabulary. (The 2022-23 and 2024-25 starters name
-    objects here that the function does not have: this one runs.)"""
+def get_name_prediction(model, dataset_object, input_string):  # [2022-23 2024-25]
+    # The greedy answer to one question (input_string: the question and its ⁇). The starter's
+    # version names objects it does not have; this one runs, on the model's own device.
     device = next(model.parameters()).device
-    x = torch.tensor([dataset_object.stoi[s] for s in input_string], dtype=torch.long)[None, ...]
-    pred = sample(model, x.to(device), 32, sample=False)[0]
+    x = torch.tensor([dataset_object.stoi[s] for s in input_string], dtype=torch.long)[None, ...].to(device)
+    pred = sample(model, x, 32, sample=False)[0]
     completion = ''.join([dataset_object.itos[int(i)] for i in pred])
-    return completion.split('\u2047')[1]
+    pred = completion.split('⁇')[1]
+    return pred
 
 
 def evaluate_places(filepath, predicted_places):
@@ -74,27 +80,13 @@ def evaluate_places(filepath, predicted_places):
     Returns: (total, correct), floats
     """
     with open(filepath, encoding='utf-8') as fin:
-        lines = [[field.strip() for field in x.rstrip('\r\n').split('\t')] for x in fin]
-    return score_places(lines, predicted_places)
-
-
-def score_places(lines, predicted_places):
-    """evaluate_places on a file's lines already read and split at the tab (stripped fields;
-    [''] for a blank line)."""
-    # One prediction per line of the file. Beyond the handout (which fails on them with an
-    # IndexError): an empty file and blank lines have no gold place and are not counted, and
-    # each line has a gold place or not by itself (the handout's x.strip() would take the tab of
-    # a line with an empty name or place, and judged the whole file by its first line).
-    asked = [x for x in lines if x != ['']]
-    if not any(len(x) > 1 for x in asked):
-        print('No gold birth places provided; returning (0,0)')
-        return (0, 0)
-    assert len(lines) == len(predicted_places), (len(lines), len(predicted_places))
-    rows = [(x, pred) for x, pred in zip(lines, predicted_places) if x != ['']]
-    true_places = [x[1] if len(x) > 1 else None for x, _ in rows]
-    total = len(true_places)
-    correct = len(list(filter(lambda x: x[0] == x[1],
-                              zip(true_places, [pred for _, pred in rows]))))
-    return (float(total), float(correct))
-
-
+        lines = [x.strip().split('\t') for x in fin]
+        if len(lines[0]) == 1:
+            print('No gold birth places provided; returning (0,0)')
+            return (0, 0)
+        true_places = [x[1] for x in lines]
+        total = len(true_places)
+        assert total == len(predicted_places)
+        correct = len(list(filter(lambda x: x[0] == x[1],
+                                  zip(true_places, predicted_places))))
+        return (float(total), float(correct))

@@ -19,10 +19,10 @@ import pytest
 import torch
 
 from engine import common
+from engine import inputs
 import dataset
 import model
 import run
-import utils
 
 from conftest import RUN
 from tiny_run import FAST, ENV, CORPUS, VOCAB, TRAIN, DEV, OLD_PARAMS, OLD_PREDICTIONS, tsv, tiny_gpt
@@ -467,22 +467,24 @@ def test_blank_crlf_and_unterminated_eval_lines(cli, ws):
 
 
 def test_evaluate_places_on_messy_files(tmp_path):
-    """The handout's signature and return values; blank lines are skipped, not a crash."""
+    """The engine's reading of a questions file, as the commands score: the handout's signature and
+    return values; blank lines are skipped, not a crash (utils.evaluate_places, the handout's, is
+    the starter's as it is)."""
     path = tmp_path / 'gold.tsv'
     path.write_text('Q1\tParis\r\n\nQ2\tRome\r\n   \nQ3\tLima', encoding='utf-8', newline='')
-    assert utils.evaluate_places(str(path), ['Paris', '', 'Rome', '', 'Oslo']) == (3.0, 2.0)
+    assert inputs.evaluate_places(str(path), ['Paris', '', 'Rome', '', 'Oslo']) == (3.0, 2.0)
     path.write_text('Q1\tParis\nQ2\tRome\n', encoding='utf-8')
-    assert utils.evaluate_places(str(path), ['Paris', 'Oslo']) == (2.0, 1.0)
+    assert inputs.evaluate_places(str(path), ['Paris', 'Oslo']) == (2.0, 1.0)
     path.write_text('\nQ1\nQ2\n', encoding='utf-8')
-    assert utils.evaluate_places(str(path), ['', 'a', 'b']) == (0, 0)
+    assert inputs.evaluate_places(str(path), ['', 'a', 'b']) == (0, 0)
     path.write_text('', encoding='utf-8')
-    assert utils.evaluate_places(str(path), []) == (0, 0)
+    assert inputs.evaluate_places(str(path), []) == (0, 0)
     # each line is gold or not by itself: a first line with an empty name or place does not
     # make the whole file "no gold" (the handout's x.strip() took its tab away)
     path.write_text('\tParis\nQ2\tRome\n', encoding='utf-8')
-    assert utils.evaluate_places(str(path), ['Paris', 'Rome']) == (2.0, 2.0)
+    assert inputs.evaluate_places(str(path), ['Paris', 'Rome']) == (2.0, 2.0)
     path.write_text('Q1\t\nQ2\tRome\n', encoding='utf-8')
-    assert utils.evaluate_places(str(path), ['x', 'Rome']) == (2.0, 1.0)
+    assert inputs.evaluate_places(str(path), ['x', 'Rome']) == (2.0, 1.0)
 
 
 def test_a_tensorboard_folder_that_cannot_be_made_fails_before_training(tmp_path, monkeypatch, capsys):

@@ -12,14 +12,13 @@ import re
 import pytest
 import torch
 
-from engine import command
 from engine import common
-from engine import cpu_recipe
 from engine import measure
 from engine import plan as planning
 from conftest import REPO
 import trainer
 from test_schedule import RecordingWriter, name_data, tiny_gpt  # noqa: F401 (name_data: a fixture)
+from tiny_run import preset_model, stage_config
 
 
 class FakeClock:
@@ -359,7 +358,7 @@ def test_recorded_paces_end_before_the_time_kept_for_what_follows(name_data, mon
     assert 0.005 * budget <= left <= last + 0.01 * budget, (left, out)
 
 
-# cpu-20min's model for a slow machine (presets.slow_machine, cpu_recipe.model_for)
+# cpu-20min's model for a slow machine (presets.slow_machine, cpu_recipe.fit_model)
 
 def pretrain_args(*extra, preset='cpu-20min'):
     """run.py pretrain's arguments; batches of 8: name_data's 650 epochs are 1,950 steps."""
@@ -373,8 +372,8 @@ def pretrain_args(*extra, preset='cpu-20min'):
 
 def planned(args, data, clock):
     """run.py's model and plan for `args` on `data`: (plan, the model it trains)."""
-    gpt, smaller = cpu_recipe.model_for(args, len(data.stoi), data.block_size, 'cpu')
-    tconf, _ = command.trainer_config(args, 'pretrain', len(data), 'cpu')
+    gpt, smaller = preset_model(args, len(data.stoi), data.block_size)
+    tconf = stage_config(args, 'pretrain', len(data))
     return planning.make(gpt, data, tconf, trainer.train_step, trainer.make_optimizer,
                          clock=clock, smaller=smaller)
 
@@ -404,7 +403,7 @@ def test_a_machine_too_slow_for_the_presets_model_pretrains_its_smaller_one(
     assert (said in out) == (layers == 2) and out.count('plan: ') == 1, out
     assert (plan.record()['depth'] is not None) == (layers == 2)
     torch.manual_seed(0)
-    want = command.build_model(pretrain_args(), len(name_data.stoi), name_data.block_size, 'cpu',
+    want, _ = preset_model(pretrain_args(), len(name_data.stoi), name_data.block_size,
                            **(presets.slow_machine('cpu-20min')['model'] if layers == 2 else {}))
     assert gpt.state_dict().keys() == want.state_dict().keys()
     assert all(torch.equal(v, want.state_dict()[k]) for k, v in gpt.state_dict().items())
@@ -439,7 +438,7 @@ def test_a_budgeted_pretraining_is_measured_once(name_data, monkeypatch, capsys)
     def timed(self, *a, **k):
         raise AssertionError('timed steps')
     monkeypatch.setattr(measure.StepTimer, 'times', timed)
-    tconf, _ = command.trainer_config(args, 'pretrain', len(name_data), 'cpu')
+    tconf = stage_config(args, 'pretrain', len(name_data))
     t = trainer.Trainer(gpt, name_data, None, tconf, plan, clock=clock)
     t.train()
     out = capsys.readouterr().out
@@ -458,11 +457,9 @@ def test_only_a_pretraining_of_a_preset_with_a_slow_model_offers_it(name_data):
                               'cpu-20min', '--precision', 'fp32'])
     scratch.edition = '2021-23'
     for args in (pretrain_args('--time_budget', '1', preset='handout'), scratch):
-        gpt, smaller = cpu_recipe.model_for(args, len(name_data.stoi), name_data.block_size,
-                                            'cpu')
+        gpt, smaller = preset_model(args, len(name_data.stoi), name_data.block_size)
         assert inputs.layers_of(gpt.state_dict()) == 4 and smaller is None
-    gpt, smaller = cpu_recipe.model_for(pretrain_args(), len(name_data.stoi),
-                                        name_data.block_size, 'cpu')
+    gpt, smaller = preset_model(pretrain_args(), len(name_data.stoi), name_data.block_size)
     assert smaller is not None and smaller[1] == 2200
 
 
@@ -476,7 +473,7 @@ def test_params_and_checkpoints_of_the_slow_model_are_read_into_it(name_data, mo
     monkeypatch.chdir(tmp_path)
     vocab, block = len(name_data.stoi), name_data.block_size
     for layers in (2, 3, 4):
-        state = command.build_model(pretrain_args(), vocab, block, 'cpu', n_layer=layers).state_dict()
+        state = preset_model(pretrain_args(), vocab, block, n_layer=layers)[0].state_dict()
         torch.save(state, f'{layers}.params')
         torch.save({'model': state, 'optimizer': {}, 'epoch': 1}, 'p.params.ckpt')
         want = layers if layers != 3 else 4
@@ -485,7 +482,7 @@ def test_params_and_checkpoints_of_the_slow_model_are_read_into_it(name_data, mo
                                    '--outputs_path', 'o', '--preset', 'cpu-20min'])
         evaluate.edition = '2021-23'
         for args in (evaluate, pretrain_args('--resume')):
-            gpt, smaller = cpu_recipe.model_for(args, vocab, block, 'cpu')
+            gpt, smaller = preset_model(args, vocab, block)
             assert inputs.layers_of(gpt.state_dict()) == want and smaller is None
         if layers == 3:
             with pytest.raises(common.UsageError, match=r'3\.params: params are a vanilla model of '

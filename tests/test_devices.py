@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from engine import devices
+from engine.common import UsageError
 
 
 def test_a_numbered_gpu_is_asked_about_its_own_bf16(monkeypatch):
@@ -91,3 +92,20 @@ def test_bf16_on_a_gpu_picks_the_flash_kernel_for_the_handouts_attention():
     with devices.autocast('cuda', 'bf16'):
         choice = torch._fused_sdp_choice(q, q, q, None, 0.1, True)
     assert choice == int(SDPBackend.FLASH_ATTENTION)
+
+
+def test_auto_takes_apples_gpu_for_the_vanilla_model_as_the_2024_starter(monkeypatch):
+    """Where there is no CUDA GPU and MPS is available (stood in for: no Apple hardware here),
+    auto picks MPS for the vanilla model and the CPU for the others (the 2024-25 starter's rule:
+    its RoPE used complex numbers, which MPS lacked); asking for MPS where there is none is one
+    error. Untested on real Apple hardware."""
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
+    monkeypatch.setattr(devices, 'mps_available', lambda: True)
+    assert devices.pick_device('auto', 'vanilla') == 'mps'
+    assert [devices.pick_device('auto', v) for v in ('rope', 'perceiver', 'synthesizer')] == \
+        ['cpu'] * 3
+    assert devices.pick_device('mps', 'rope') == 'mps'  # asked for: taken
+    monkeypatch.setattr(devices, 'mps_available', lambda: False)
+    assert devices.pick_device('auto', 'vanilla') == 'cpu'
+    with pytest.raises(UsageError, match='--device mps: no Apple MPS device'):
+        devices.pick_device('mps', 'vanilla')

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+import dataset
 from engine import datafiles
 from engine import inputs
 from engine.common import UsageError
@@ -64,7 +65,8 @@ def test_set_up_refuses_a_wiki_of_neither_edition(wikis, tmp_path, monkeypatch):
 @pytest.mark.parametrize('edition,characters', [('2021-23', 418352), ('2024-25', 418351)])
 def test_a_run_reads_its_editions_wiki_whichever_file_it_is_given(edition, characters, file_of,
                                                                    wikis, capsys):
-    corpus = inputs.read_corpus(str(wikis[file_of] / 'wiki.txt'), edition)
+    corpus = inputs.read_corpus(str(wikis[file_of] / 'wiki.txt'), dataset.CharCorruptionDataset,
+                               edition)
     assert capsys.readouterr().out.splitlines() == [f'data has {characters} characters, 256 unique.']
     assert len(corpus) == {'2021-23': 2938, '2024-25': 2937}[edition]
     assert (corpus.data[-1] == '') == (edition == '2021-23')  # 2021-23's empty last document
@@ -76,7 +78,7 @@ def test_another_corpus_is_read_as_it_is(tmp_path):
     (tmp_path / 'c.txt').write_text(text, encoding='utf-8')
     for edition in ('2021-23', '2024-25'):
         assert datafiles.as_edition(text, edition) == text
-    assert inputs.read_corpus(str(tmp_path / 'c.txt'), '2024-25').data == text.split('\n')
+    assert inputs.read_corpus(str(tmp_path / 'c.txt'), dataset.CharCorruptionDataset, '2024-25').data == text.split('\n')
 
 
 def test_dataset_script_under_the_rope_edition_prints_its_count():

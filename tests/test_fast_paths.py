@@ -616,7 +616,7 @@ def checked_args(extra, monkeypatch, tmp_path, device='cuda', world_size='1'):
     from tiny_run import CORPUS
     (tmp_path / 'wiki.txt').write_text(CORPUS, encoding='utf-8')
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(devices, 'pick_device', lambda name: device)
+    monkeypatch.setattr(devices, 'pick_device', lambda name, variant=None: device)
     monkeypatch.setenv('WORLD_SIZE', world_size)
     args = run.parse_args(['pretrain', 'vanilla', 'wiki.txt', '--writing_params_path', 'x.params']
                           + extra)
@@ -640,14 +640,14 @@ def test_gpu_defaults_record_the_step_and_pack_pretraining(extra, device, world_
     """--compile and --pack_multiple unset take what the H100 loans measured fastest on one GPU
     (docs/gpu.md): the step recorded, and pretraining (not finetuning: slower there) packed to
     multiples of 512 positions; elsewhere, and where the flags say otherwise, what they say."""
-    from engine import command
+    from tiny_run import stage_config
     args = checked_args(extra, monkeypatch, tmp_path, device, world_size)
     assert args.compile == compile_
-    got = tuple(command.trainer_config(args, stage, 100, device)[0]
+    got = tuple(stage_config(args, stage, 100, device)
                 for stage in ('pretrain', 'finetune_pretrained'))
     assert tuple(c.pack_multiple for c in got) == packs
     assert all(c.compile == compile_ for c in got)
-    assert command.trainer_config(args, 'finetune_scratch', 100, device)[0].pack_multiple == packs[1]
+    assert stage_config(args, 'finetune_scratch', 100, device).pack_multiple == packs[1]
 
 
 @pytest.mark.parametrize('name', VARIANTS)

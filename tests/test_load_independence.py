@@ -12,12 +12,11 @@ import pytest
 import torch
 
 from engine import checkpoint
-from engine import command
 from engine import cpu_load
 from engine import extras
 from engine import devices
 import run
-from tiny_run import CORPUS
+from tiny_run import stage_config, CORPUS
 
 SHORT = '\n'.join(CORPUS.split('\n')[:16]) + '\n'  # 17 documents: 3 batches of 8 an epoch
 ARGV = ['pretrain', 'vanilla', 'corpus.txt', '--writing_params_path', 'pt.params',
@@ -133,9 +132,9 @@ def test_only_a_preset_that_adapts_measures_precision_and_follows_the_load(
                            '--preset', preset])
     args.edition = '2021-23'
     for stage in ('pretrain', 'finetune_scratch', 'finetune_pretrained'):
-        tconf, _ = command.trainer_config(args, stage, 100, 'cpu')
+        tconf = stage_config(args, stage, 100, 'cpu')
         assert (tconf.precision, tconf.follow_load) == (precision, follows), stage
         # only the pretraining of the preset whose runs were measured says what such runs answered
         assert (tconf.under_load is not None) == (preset == 'cpu-20min' and stage == 'pretrain'), stage
     args.precision = 'bf16'  # asked for: every preset takes it
-    assert command.trainer_config(args, 'pretrain', 100, 'cpu')[0].precision == 'bf16'
+    assert stage_config(args, 'pretrain', 100, 'cpu').precision == 'bf16'

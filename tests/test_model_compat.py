@@ -417,3 +417,42 @@ def test_greedy_complete_equals_handout_sample(name, overrides, device):
     for p, seq in zip(prompts, got):
         want = utils.sample(gpt, torch.tensor([p], device=device), 12, sample=False)[0].tolist()
         assert seq == want
+
+
+# ---- the editions' seeds ------------------------------------------------------------------------
+
+class _Built(Exception):
+    """Raised by a stand-in Trainer.train with the model run.py built, before any step."""
+
+
+@pytest.mark.parametrize('variant,edition,torch_seed', [
+    ('vanilla', '2021-23', 1), ('perceiver', '2021-23', 1), ('synthesizer', '2021-23', 1),
+    ('vanilla', '2024-25', 0), ('rope', '2024-25', 0)])
+def test_a_run_starts_from_the_weights_its_editions_starter_draws(variant, edition, torch_seed,
+                                                                   tmp_path, monkeypatch):
+    """The starters seed torch when their model file is imported (2022-23 model.py: 1; 2024-25
+    models.py: 0; 2021-22 none, so 2022-23's is one of its runs) and build the model first:
+    run.py's model, as it is about to train, equals the handout's model built right after that
+    seed."""
+    import run
+    import trainer
+    from tiny_run import CORPUS
+    (tmp_path / 'corpus.txt').write_text(CORPUS, encoding='utf-8')
+    monkeypatch.chdir(tmp_path)
+
+    def built(self):
+        raise _Built({k: v.clone() for k, v in self.model.state_dict().items()})
+    monkeypatch.setattr(trainer.Trainer, 'train', built)
+    extra = dict(perceiver=dict(perceiver=True, bottleneck_dim=32),
+                 synthesizer=dict(synthesizer=True), rope=dict(rope=True)).get(variant, {})
+    with pytest.raises(_Built) as got:
+        run.main(['pretrain', variant, 'corpus.txt', '--writing_params_path', 'p.params',
+                  '--edition', edition, '--device', 'cpu', '--precision', 'fp32'])
+    torch.manual_seed(torch_seed)
+    want = RefGPT(RefGPTConfig(len(set(CORPUS)) + 2, 128, n_layer=4, n_head=8, n_embd=256,
+                               **extra)).state_dict()
+    state = got.value.args[0]
+    assert state.keys() == want.keys()
+    # the weights drawn; the buffers (masks, RoPE's angles: float rounding of their own) as they are
+    assert all(torch.equal(state[k], want[k]) if not k.endswith(('mask', 'rope_cache')) else
+               torch.allclose(state[k], want[k], atol=1e-5) for k in want), variant

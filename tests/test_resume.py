@@ -24,7 +24,7 @@ import trainer
 import utils
 
 from conftest import REPO, RUN
-from tiny_run import FAST, ENV, CORPUS, DOCUMENTS, TRAIN, DEV, OLD_PARAMS, tsv
+from tiny_run import stage_config, FAST, ENV, CORPUS, DOCUMENTS, TRAIN, DEV, OLD_PARAMS, tsv
 
 
 # ---- subprocess runs: resume, torchrun, determinism ------------------------------------------
@@ -287,9 +287,10 @@ def sha256(path):
 
 @pytest.fixture(scope='module')
 def one_epoch_runs(tmp_path_factory):
-    """Pretraining runs of one epoch without dropout: seed 0 (the default) twice, seed 1."""
+    """Pretraining runs of one epoch without dropout: the default seeds (the edition's
+    starter's: torch's 1 in 2021-23) twice, --seed 0."""
     runs = {}
-    for name, extra in (('default', []), ('seed0', ['--seed', '0']), ('seed1', ['--seed', '1'])):
+    for name, extra in (('default', []), ('again', []), ('seed0', ['--seed', '0'])):
         d = tmp_path_factory.mktemp(name)
         write_inputs(d)
         run_ok(PRETRAIN + ['--max_epochs', '1', '--dropout', '0'] + extra, d)
@@ -298,10 +299,10 @@ def one_epoch_runs(tmp_path_factory):
 
 
 def test_same_seed_same_params_file(one_epoch_runs):
-    default, seed0, seed1 = (sha256(one_epoch_runs[k] / 'pt.params')
-                             for k in ('default', 'seed0', 'seed1'))
-    assert default == seed0
-    assert seed1 != seed0
+    default, again, seed0 = (sha256(one_epoch_runs[k] / 'pt.params')
+                             for k in ('default', 'again', 'seed0'))
+    assert default == again
+    assert seed0 != default
 
 
 @pytest.fixture
@@ -523,11 +524,11 @@ def test_a_resumed_run_takes_the_interrupted_runs_plan(tmp_path, monkeypatch):
 
 def test_run_py_spaces_a_gpus_periodic_checkpoints_only():
     import run
-    from engine import checkpoint, command
+    from engine import checkpoint
     args = run.parse_args(['pretrain', 'vanilla', 'wiki.txt', '--writing_params_path', 'x'])
     args.edition = '2021-23'
-    assert command.trainer_config(args, 'pretrain', 100, 'cpu')[0].checkpoint_seconds == 0
-    assert command.trainer_config(args, 'pretrain', 100, 'cuda')[0].checkpoint_seconds == \
+    assert stage_config(args, 'pretrain', 100, 'cpu').checkpoint_seconds == 0
+    assert stage_config(args, 'pretrain', 100, 'cuda').checkpoint_seconds == \
         checkpoint.GPU_SECONDS == 30
 
 

@@ -14,6 +14,7 @@ from conftest import REPO
 
 sys.path.insert(0, os.path.join(REPO, 'scripts'))
 from engine import common  # noqa: E402
+import dataset  # noqa: E402
 import run_all  # noqa: E402
 
 
@@ -82,7 +83,7 @@ def test_the_report_gives_each_pretraining_s_pace_and_flop_utilisation(finished_
     (finished_run / 'vanilla.pretrain.params.run.json').write_text(json.dumps(record))
     pace = run_all.pretraining_pace(str(finished_run), 'vanilla', 'GPU: NVIDIA H100 80GB HBM3, torch x')
     assert pace['tokens_per_second'] == 50 * 128 * 127 / 2.0
-    wiki = inputs.read_corpus(os.path.join(REPO, 'data', 'wiki.txt'))
+    wiki = inputs.read_corpus(os.path.join(REPO, 'data', 'wiki.txt'), dataset.CharCorruptionDataset)
     # the FLOPs of the positions that can change the loss: about half of every position's
     lengths = run_all.wiki_needed_lengths()
     needed = sum(handout_training_flops(n, vocab=wiki.vocab_size) for n in lengths) / len(lengths)

@@ -2,6 +2,7 @@
 floor), weight decay groups, and the padding trimming that must change neither the schedule nor
 the loss."""
 import math
+import os
 
 import pytest
 import torch
@@ -306,6 +307,48 @@ def test_the_handout_preset_is_the_handouts_run_py():
     assert presets.PRESETS['cpu-rehearsal']['finetune_pretrained'] == \
         {**handout['finetune_pretrained'], **presets.MINGPT_TRAINER}
     assert presets.rehearsal_lead('handout') is None  # the handout finetunes on the questions alone
+
+
+def run_py_trainer_configs():
+    """Every trainer.TrainerConfig(...) call in run.py, its keywords evaluated as run.py would
+    (the default learning rates, a corpus of N examples, both finetuning epoch counts)."""
+    import ast
+    from conftest import SRC
+    with open(os.path.join(SRC, 'run.py'), encoding='utf-8') as f:
+        tree = ast.parse(f.read())
+    names = {'args.pretrain_lr': 6e-3, 'args.finetune_lr': 6e-4, 'block_size': 128,
+             'len(pretrain_dataset)': 'N', 'writer': 'writer'}
+    calls = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == 'trainer.TrainerConfig':
+            values = {}
+            for kw in node.keywords:
+                text = ast.unparse(kw.value)
+                for name, value in names.items():
+                    text = text.replace(name, repr(value))
+                values[kw.arg] = text if 'N' in text or 'max_epochs' == text else eval(text)
+            calls.append(values)
+    return calls
+
+
+def test_run_py_trains_with_the_handout_presets_values():
+    """run.py writes the handout's TrainerConfig for each stage and edition; presets.HANDOUT
+    (what the scripts and tests read without running run.py) holds the same values."""
+    from engine import presets
+    calls = run_py_trainer_configs()
+    assert len(calls) == 3  # pretraining's two editions, finetuning's
+    for edition, per_example in (('2024-25', 650), ('2021-23', 200)):
+        want = presets.stage_values('handout', 'pretrain', edition)
+        assert want.pop('final_tokens_per_example') == per_example * 128
+        assert any(c['final_tokens'] == f"{per_example} * 'N' * 128" and
+                   all(c[k] == v for k, v in want.items() if k in c) and
+                   set(c) - set(want) <= {'final_tokens', 'writer'} for c in calls), edition
+    finetune = next(c for c in calls if c['max_epochs'] == 'max_epochs')
+    for stage in ('finetune_scratch', 'finetune_pretrained'):
+        want = presets.stage_values('handout', stage)
+        assert want.pop('final_tokens_per_example') == 200 * 128
+        assert finetune['final_tokens'] == "200 * 'N' * 128"
+        assert all(finetune[k] == v for k, v in want.items() if k in finetune and k != 'max_epochs')
 
 
 def test_the_cpu_presets():

@@ -22,6 +22,7 @@ import torch  # noqa: E402
 from engine import batches  # noqa: E402
 from engine import cpu_recipe  # noqa: E402
 from engine import inputs  # noqa: E402
+import dataset  # noqa: E402
 import model  # noqa: E402
 from engine import presets  # noqa: E402
 import trainer  # noqa: E402
@@ -82,8 +83,9 @@ def main():
     ap.add_argument('--rounds', type=int, default=3)
     args = ap.parse_args()
     torch.manual_seed(0)
-    vocab = inputs.read_corpus(resolve('wiki.txt', 'wiki.txt'))
-    questions = inputs.read_finetune(resolve('birth_places_train.tsv', 'questions'), vocab)
+    vocab = inputs.read_corpus(resolve('wiki.txt', 'wiki.txt'), dataset.CharCorruptionDataset)
+    questions = inputs.read_finetune(resolve('birth_places_train.tsv', 'questions'), vocab,
+                                     dataset.NameDataset)
     mix = presets.mix(PRESET)
     datasets = {'CharCorruptionDataset (the handout\'s)': vocab,
                 'BornViewMix (cpu-20min)': cpu_recipe.BornViewMix(vocab, questions,

@@ -35,6 +35,7 @@ sys.path.insert(0, os.path.join(REPO, 'src'))
 import torch  # noqa: E402
 
 from engine import batches, inputs, presets, progress  # noqa: E402
+import dataset  # noqa: E402
 from engine.cpu_paths import cpu_model  # noqa: E402
 from engine.datafiles import resolve  # noqa: E402
 from engine.plan import Plan  # noqa: E402
@@ -172,7 +173,8 @@ def main():
     if any(w < 1 for w in counts):
         raise SystemExit('error: --workers: worker counts are 1 or more '
                          '(the loop without workers builds its batches between steps)')
-    data = inputs.read_corpus(args.corpus or resolve('wiki.txt', 'wiki.txt'))
+    data = inputs.read_corpus(args.corpus or resolve('wiki.txt', 'wiki.txt'),
+                              dataset.CharCorruptionDataset)
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
     head = (f'# {cpu_model()}, {cpus} CPUs, torch '
             f'{torch.__version__}; step {args.step_ms:g} ms on the simulated device, '

@@ -24,7 +24,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(REPO, 'src'))
 from engine import command  # noqa: E402
 from engine import cpu_recipe  # noqa: E402
+from engine import devices  # noqa: E402
 from engine import inputs  # noqa: E402
+import dataset  # noqa: E402
 import model  # noqa: E402
 from engine import presets  # noqa: E402
 from engine.common import UsageError  # noqa: E402
@@ -76,11 +78,14 @@ def main(argv=None):
         wiki_path = resolve(args.pretrain_corpus_path, '--pretrain_corpus_path')
         eval_path = resolve(args.eval_corpus_path, '--eval_corpus_path')
         eval_lines = inputs.read_text(eval_path, '--eval_corpus_path', lines=True)
-        vocab = inputs.read_corpus(wiki_path)
+        vocab = inputs.read_corpus(wiki_path, dataset.CharCorruptionDataset)
         settings = SimpleNamespace(preset=args.preset, plain=False, dropout=None,
                                    variant=args.variant, bottleneck_dim=args.bottleneck_dim,
                                    function='evaluate', resume=False, reading_params_path=args.params)
-        gpt, _ = cpu_recipe.model_for(settings, vocab.vocab_size, presets.BLOCK_SIZE, 'cpu')
+        mconf = command.model_config(settings, model.config_for(
+            args.variant, vocab.vocab_size, presets.BLOCK_SIZE, args.bottleneck_dim))
+        randoms = devices.random_states('cpu')
+        gpt = cpu_recipe.fit_model(settings, model.GPT(mconf), mconf, model.GPT, 'cpu', randoms)
         inputs.load_params(gpt, args.params, command.describe_model(settings), 'cpu')
     except UsageError as e:
         print(f'error: {e}', file=sys.stderr)

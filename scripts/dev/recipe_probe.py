@@ -22,6 +22,7 @@ import torch  # noqa: E402
 
 from engine import command  # noqa: E402
 from engine import inputs  # noqa: E402
+import dataset  # noqa: E402
 import model  # noqa: E402
 from engine import presets  # noqa: E402
 import trainer  # noqa: E402
@@ -227,7 +228,7 @@ def main(argv=None):
 
     torch.manual_seed(args.seed)
     random.seed(args.seed)
-    vocab = inputs.read_corpus(resolve('wiki.txt', 'wiki.txt'))
+    vocab = inputs.read_corpus(resolve('wiki.txt', 'wiki.txt'), dataset.CharCorruptionDataset)
     wiki_lines = [line for line in vocab.data if line.strip()]
     train_lines = open(resolve('birth_places_train.tsv', 'train'), encoding='utf-8').read().splitlines()
     train_q, val_q = split_questions([l for l in train_lines if l.strip()])

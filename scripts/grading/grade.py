@@ -47,15 +47,16 @@ from tqdm import tqdm  # noqa: E402
 from engine import command  # noqa: E402
 from engine import common  # noqa: E402
 from engine import datafiles  # noqa: E402
+import dataset  # noqa: E402
 from engine import devices  # noqa: E402
 import gradescope  # noqa: E402
+import model  # noqa: E402
 from engine import inputs  # noqa: E402
 from engine import paths  # noqa: E402
 import run  # noqa: E402
 import spec_check  # noqa: E402
 import submission  # noqa: E402
 import unpack  # noqa: E402
-import utils  # noqa: E402
 from engine.common import UsageError  # noqa: E402
 
 LONDON = 'london_baseline_accuracy.txt'
@@ -93,7 +94,7 @@ class Grader:
         self.data = {name: _data_file(args.data_dir, name)
                      for name in ('wiki.txt', 'birth_dev.tsv', 'birth_test_inputs.tsv')}
         with contextlib.redirect_stdout(io.StringIO()):  # its "data has ..." line
-            self.vocab = inputs.read_corpus(self.data['wiki.txt'])
+            self.vocab = inputs.read_corpus(self.data['wiki.txt'], dataset.CharCorruptionDataset)
         self.questions = {'dev': self.data['birth_dev.tsv'], 'test': self.data['birth_test_inputs.tsv']}
         self.gold = {'dev': self.data['birth_dev.tsv'], 'test': args.test_answers}
         self.prompts = {split: inputs.read_questions(path, self.vocab.stoi, strict=False)
@@ -106,7 +107,7 @@ class Grader:
                                  f'{len(self.prompts["test"])} lines "question<TAB>place", one per '
                                  f'line of {self.questions["test"]}; found {len(answers)}')
         with contextlib.redirect_stdout(io.StringIO()):
-            total, correct = utils.evaluate_places(self.gold['dev'],
+            total, correct = inputs.evaluate_places(self.gold['dev'],
                                                    ['London'] * len(self.prompts['dev']))
         self.london = 100 * correct / total if total else None
         self.device = devices.pick_device(args.device)
@@ -117,8 +118,10 @@ class Grader:
         """The model `python src/run.py evaluate VARIANT wiki.txt --bottleneck_dim 64` builds."""
         cmd = run.parse_args(['evaluate', variant, self.data['wiki.txt'],
                               '--bottleneck_dim', str(bottleneck_dim)])
+        mconf = model.config_for(variant, self.vocab.vocab_size, self.vocab.block_size,
+                                 bottleneck_dim)
         with contextlib.redirect_stdout(io.StringIO()):  # its "number of parameters" line
-            gpt = command.build_model(cmd, self.vocab.vocab_size, self.vocab.block_size, self.device)
+            gpt = model.GPT(command.model_config(cmd, mconf)).to(self.device)
         return gpt, command.describe_model(cmd)
 
     def request(self):
@@ -292,7 +295,7 @@ class Grader:
             gold = self.gold[split]
             if gold is not None:
                 with contextlib.redirect_stdout(io.StringIO()):
-                    total, correct = utils.evaluate_places(gold, lines)
+                    total, correct = inputs.evaluate_places(gold, lines)
                 if total:
                     r['accuracy'][name] = round(100 * correct / total, 2)
         return valid, missing
@@ -371,7 +374,7 @@ class Grader:
             for i in differ:
                 kept[i] = unmatched
             with contextlib.redirect_stdout(io.StringIO()):
-                total, correct = utils.evaluate_places(gold, kept)
+                total, correct = inputs.evaluate_places(gold, kept)
             if total:
                 r['verified'][name] = round(100 * correct / total, 2)
         if differ:

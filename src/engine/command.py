@@ -1,14 +1,17 @@
 """Engine (free to change): what run.py's commands need beyond the starter's code.
 
-What run.py's commands need beyond the starter's code: engine, not the handout (free to
-change; run.py calls it at named points). The flags the handout does not have and every check of
-the command line before any work; the model a command builds and each training stage's
-TrainerConfig, from the preset (presets.py); the batched greedy answers; and what a finished
-stage writes beside its output (the params saved safely, the run's record)."""
+run.py is the starters' flow; it calls this module on its lines marked [engine]: the flags the
+handout does not have and every check of the command line before any work; the device and the
+seeds; the model's and each training stage's settings from the preset (presets.py), the flags
+typed and the machine; a CPU preset's data; the batched greedy answers; and what a finished stage
+writes (the params saved whole, the run's record). What it needs of the handout's code (the
+datasets, the model, the configs) is handed to it."""
 import argparse
+import copy
 import json
 import math
 import os
+import random
 import sys
 import time
 
@@ -18,27 +21,47 @@ from engine import checkpoint
 from engine import common
 from engine import cpu_load
 from engine import cpu_paths
-import dataset
+from engine import cpu_recipe
+from engine import datafiles
 from engine import devices
 from engine import distributed
 from engine import inputs
-import model
 from engine import presets
-import trainer
-import utils
 from engine.common import UsageError
 from engine.datafiles import resolve
 from engine.decode import greedy_complete
+from engine.progress import LossNotFinite
 
-IMPORTED = time.time()  # (run.py's START is before the imports: the run's record splits its time)
+IMPORTED = time.time()  # (the run's record splits its time: the imports, then the rest)
 
 # --pack_multiple's default under --compile graphs, in pretraining only: on an H100 packing made
 # the recorded pretraining step 1.4-1.5x faster and the finetuning one slower (docs/gpu.md)
 GPU_PACK_MULTIPLE = 512
+FUNCTIONS = ('pretrain', 'finetune', 'evaluate')
+
+
+def process_start():
+    """When this process started (wall clock): a --time_budget counts from there, imports
+    included. From /proc where there is one, else when this module was imported."""
+    try:
+        with open('/proc/self/stat') as f:
+            ticks = int(f.read().rsplit(')', 1)[1].split()[19])
+        with open('/proc/stat') as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith('btime'))
+        started = boot + ticks / os.sysconf('SC_CLK_TCK')
+        return started if started <= IMPORTED else IMPORTED
+    except (OSError, ValueError, IndexError, StopIteration):
+        return IMPORTED
 
 
 def add_engine_flags(argp):
-    """run.py's flags beyond the handout's: unset, they change nothing."""
+    """run.py's flags beyond the handout's (unset, the handout's run, but for the GPU defaults:
+    README), and errors of its parser as one line (common.OneLineParser's)."""
+    argp.prog = 'python src/run.py'
+    argp.error = lambda message: common.OneLineParser.error(argp, message)
+    for action in argp._actions:  # (the handout's help names its own edition's variants)
+        if action.dest == 'variant':
+            action.help = 'Choose ' + ', '.join(presets.VARIANTS[:-1]) + ' or ' + presets.VARIANTS[-1]
     extra = argp.add_argument_group('not in the handout (unset, they change nothing)')
     extra.add_argument('--preset', choices=sorted(presets.PRESETS), default='handout',
                        help='named training schedule (presets.py); default: the handout\'s')
@@ -61,8 +84,13 @@ def add_engine_flags(argp):
     extra.add_argument('--time_budget_after', type=float, default=0.0, metavar='EPOCHS',
                        help=argparse.SUPPRESS)
     extra.add_argument('--batch_size', type=int, default=None)
-    extra.add_argument('--seed', type=int, default=0, help='seeds python, torch (default 0)')
-    extra.add_argument('--device', choices=('auto', 'cpu', 'cuda'), default='auto')
+    extra.add_argument('--seed', type=int, default=None,
+                       help='seeds python\'s and torch\'s random numbers (default: as the '
+                            'edition\'s starter does: python 0, torch 1 (2021-23) or 0 (2024-25); '
+                            'a CPU preset its own)')
+    extra.add_argument('--device', choices=('auto', 'cpu', 'cuda', 'mps'), default='auto',
+                       help='auto: a CUDA GPU where there is one, else Apple\'s MPS for the vanilla '
+                            'model (as the 2024-25 starter; untested on Apple hardware), else the CPU')
     extra.add_argument('--precision', choices=('auto', 'fp32', 'tf32', 'bf16'), default='auto',
                        help='auto: the handout\'s fp32, except that training a CPU recipe '
                             '(cpu-20min, cpu-45min, cpu-rehearsal) on a CPU measures which is '
@@ -114,20 +142,44 @@ def add_engine_flags(argp):
                             'instead of dropping them')
 
 
+def parsed(argp, argv=None, args=None):
+    """run.py's command line (`args`, else parsed from argv): with the time the process
+    started (a budget counts from it) and `typed`, the flags given on it (a preset's value
+    yields to a flag typed, never to a default)."""
+    if args is None:
+        args = argp.parse_args(argv)
+    quiet = argparse.ArgumentParser(add_help=False)
+    for action in argp._actions:
+        if action.option_strings and not isinstance(action, argparse._HelpAction):
+            action = copy.copy(action)
+            action.default, action.required = argparse.SUPPRESS, False
+            quiet._add_action(action)
+    given, _ = quiet.parse_known_args(sys.argv[1:] if argv is None else argv)
+    args.typed, args.started = set(vars(given)), process_start()
+    return args
+
+
 def check_args(args):
     """Every check of the command line, before any work: a UsageError for the first problem.
-    Fills in args.edition and the resolved input paths (args.corpus_path, args.finetune_path,
-    args.eval_path)."""
+    Fills in args.edition and the inputs' resolved paths (args.corpus_path, args.finetune_path,
+    args.eval_path; the handout's flags point there too, so its lines open them)."""
+    if args.function not in FUNCTIONS:
+        raise UsageError(f'argument function: invalid choice: {args.function!r} (choose from '
+                         f'{", ".join(FUNCTIONS)})')
+    if args.variant not in presets.VARIANTS:
+        raise UsageError(f'argument variant: invalid choice: {args.variant!r} (choose from '
+                         f'{", ".join(presets.VARIANTS)})')
     if args.bottleneck_dim <= 0 or args.bottleneck_dim > presets.BLOCK_SIZE:
         raise UsageError(f'--bottleneck_dim must be from 1 to the block size {presets.BLOCK_SIZE}, '
                          f'not {args.bottleneck_dim}')
-    on_cpu = devices.pick_device(args.device) == 'cpu'
+    where = devices.pick_device(args.device, args.variant)
+    on_cpu = where != 'cuda'  # (what follows is a CUDA GPU's: graphs, tf32, packing)
     one_process = int(os.environ.get('WORLD_SIZE', '1')) == 1
     if args.compile == 'auto':  # what the H100 loans measured fastest (docs/gpu.md)
         args.compile = 'graphs' if not on_cpu and one_process and not args.plain else 'none'
     if args.precision == 'tf32' and on_cpu:
-        raise UsageError('--precision tf32 is a GPU\'s arithmetic (fp32 matrix products on NVIDIA '
-                         'tensor cores); on a CPU use fp32 or bf16')
+        raise UsageError('--precision tf32 is a CUDA GPU\'s arithmetic (fp32 matrix products on '
+                         'NVIDIA tensor cores); on a CPU use fp32 or bf16')
     if args.compile == 'graphs' and (on_cpu or not one_process):
         raise UsageError('--compile graphs records CUDA graphs: it needs a GPU and one process '
                          '(not torchrun)')
@@ -161,7 +213,7 @@ def check_args(args):
         value = getattr(args, flag)
         if value is not None and not (math.isfinite(value) and value > 0):
             raise UsageError(f'--{flag} must be a positive number, not {value:g}')
-    if not -2 ** 63 <= args.seed < 2 ** 64:  # what torch.manual_seed takes
+    if args.seed is not None and not -2 ** 63 <= args.seed < 2 ** 64:  # torch.manual_seed's
         raise UsageError(f'--seed must be from -2**63 to 2**64 - 1, not {args.seed}')
     args.corpus_path = resolve(args.pretrain_corpus_path, 'pretrain_corpus_path')
     needs = {'pretrain': ['writing_params_path'],
@@ -218,13 +270,22 @@ def check_args(args):
                          '(it is written every --checkpoint_every epochs and on Ctrl-C/SIGTERM)')
     if training:
         inputs.check_log_folder(tensorboard_dir(args))
+    # the handout's lines open the inputs by these flags: where each one was found
+    args.pretrain_corpus_path, args.finetune_corpus_path = args.corpus_path, args.finetune_path
+    args.eval_corpus_path = args.eval_path
+    text = inputs.read_text(args.corpus_path, 'pretrain_corpus_path')
+    vocab = inputs.check_corpus(args.corpus_path, corpus_text(args, text))
+    if args.finetune_path is not None:  # (also a pretraining mix's questions)
+        inputs.check_finetune(args.finetune_path, vocab)
+    if args.plain and args.function == 'evaluate':  # the handout's loop: what it cannot take
+        inputs.check_plain_questions(args.eval_path, vocab)
 
 
 
 
 def bottleneck_of(args):
     """--bottleneck_dim where the variant has one (the perceiver), else None."""
-    return args.bottleneck_dim if 'bottleneck_dim' in model.VARIANTS[args.variant] else None
+    return args.bottleneck_dim if args.variant == 'perceiver' else None
 
 
 def describe_model(args):
@@ -233,23 +294,96 @@ def describe_model(args):
     return f'a {args.variant} model'
 
 
-def model_config(args, vocab_size, block_size, **changes):
-    """The GPTConfig of args.variant with the preset's sizes (and `changes` to them), the flags'
-    dropout and attention path."""
-    mconf = model.config_for(args.variant, vocab_size, block_size, args.bottleneck_dim,
-                             **{**presets.model_values(args.preset), **changes},
-                             fast_attention=not args.plain, skip_padding=not args.plain,
-                             fast_dropout=not args.plain)
+def rank():
+    """This process's rank under torchrun (0 alone): only rank 0 prints and writes."""
+    return distributed.rank()
+
+
+def seeds(args):
+    """(python's, torch's) seeds of the run: --seed for both where typed; else a CPU preset's
+    own; else the edition's starter's: random.seed(0) in run.py and torch.manual_seed at the
+    import of its model file, 1 in 2022-23, 0 in 2024-25 (2021-22 left torch unseeded: 2022-23's
+    is one of its runs)."""
+    if args.seed is not None:
+        return args.seed, args.seed
+    own = presets.seed(args.preset)
+    if own is not None:
+        return own, own
+    return 0, presets.EDITIONS[args.edition]['torch_seed']
+
+
+def device(args):
+    """The device the command runs on (--device; auto: a CUDA GPU, else MPS for the vanilla
+    model as the 2024-25 starter chooses, else the CPU; under torchrun this rank's GPU), with
+    the run's random numbers seeded (seeds)."""
+    where = distributed.init(devices.pick_device(args.device, args.variant))
+    python_seed, torch_seed = seeds(args)
+    random.seed(python_seed)
+    torch.manual_seed(torch_seed)
+    return where
+
+
+_WRITERS = []  # the command's tensorboard writer, closed when it ends (close_writer)
+
+
+def writer(args, make):
+    """The tensorboard writer of a training command, make(log_dir) (common.LazyWriter: its
+    folder made at the first scalar), in the edition's folder (tensorboard_dir); None where
+    there is nothing to log (evaluate, ranks but 0)."""
+    if args.function == 'evaluate' or distributed.rank() != 0:
+        return None
+    _WRITERS.append(make(tensorboard_dir(args)))
+    return _WRITERS[-1]
+
+
+def close_writer():
+    """Every scalar logged so far written to the events file (also after an interrupt)."""
+    while _WRITERS:
+        _WRITERS.pop().close()
+
+
+def corpus_text(args, text):
+    """The pretraining corpus as the command's edition ships it (wiki.txt with or without its
+    last newline: datafiles.as_edition); any other text as it is."""
+    return datafiles.as_edition(text, args.edition)
+
+
+def model_config(args, mconf):
+    """run.py's GPTConfig with the preset's sizes and dropout (a CPU preset's are not the
+    handout's), --dropout, and --plain's handout arithmetic (no fused kernel, every position,
+    nn.Dropout's draws)."""
+    for key, value in presets.model_values(args.preset).items():
+        setattr(mconf, key, value)
+    mconf.fast_attention = mconf.skip_padding = mconf.fast_dropout = not args.plain
     if args.dropout is not None:
         mconf.embd_pdrop = mconf.resid_pdrop = mconf.attn_pdrop = args.dropout
     return mconf
 
 
-def build_model(args, vocab_size, block_size, device, **changes):
-    """The preset's model (with `changes` to its sizes) on `device`."""
-    return model.GPT(model_config(args, vocab_size, block_size, **changes)).to(device)
+def random_states(device):
+    """The random states now (a CPU preset's smaller model is drawn from them: cpu_recipe)."""
+    return devices.random_states(device)
 
 
+def stage_of(args, function):
+    """The preset's name of a training command's stage."""
+    if function == 'pretrain':
+        return 'pretrain'
+    return 'finetune_pretrained' if args.reading_params_path is not None else 'finetune_scratch'
+
+
+def training(args, function, data, tconf, device, writer, pretrain_dataset=None,
+             questions=None):
+    """(The training set, its TrainerConfig) of a training command: `data` and `tconf` the
+    handout's (run.py's); a CPU preset's data where it has its own (cpu_recipe.training_data:
+    not the handout's; `questions`, the handout's NameDataset, reads its questions), and
+    trainer_config's settings. `pretrain_dataset`: the corpus's dataset, in finetuning."""
+    args.stage = stage_of(args, function)
+    vocab = pretrain_dataset if pretrain_dataset is not None else data
+    length = len(vocab)  # the handout's schedule counts the pretraining corpus's examples
+    if presets.recipe(args.preset):
+        data, length = cpu_recipe.training_data(args, args.stage, vocab, data, length, questions)
+    return data, trainer_config(args, args.stage, tconf, length, device, writer)
 
 
 def pack_multiple(args, stage):
@@ -261,23 +395,27 @@ def pack_multiple(args, stage):
     return GPU_PACK_MULTIPLE if recorded_pretraining else 0
 
 
-def trainer_config(args, stage, pretrain_len, device, writer=None):
-    """(The TrainerConfig of `stage` ('pretrain', 'finetune_scratch', 'finetune_pretrained') for
-    this command, its time budget in minutes or None): the preset's values, the flags' where
-    given; final_tokens counts `pretrain_len` examples, as the handout's schedule does."""
-    values = presets.stage_values(args.preset, stage, args.edition)
-    lr = args.pretrain_lr if stage == 'pretrain' else args.finetune_lr
-    final = values.pop('final_tokens_per_example') * pretrain_len
-    budget = args.time_budget if args.time_budget is not None else presets.time_budget(args.preset, stage)
+def trainer_config(args, stage, tconf, schedule_length, device, writer=None):
+    """The TrainerConfig a stage trains with: run.py's (the handout's values), with a CPU
+    preset's own values in their place (its final_tokens counting `schedule_length` examples),
+    the flags typed (--max_epochs, --batch_size, --num_workers, the learning rates) and how this
+    machine runs it (device, precision, compile, packing, resume, time budget)."""
+    values = dict(vars(tconf))
+    if args.preset != 'handout':
+        preset = presets.stage_values(args.preset, stage, args.edition)
+        values['final_tokens'] = preset.pop('final_tokens_per_example') * schedule_length
+        values.update(preset)
     for key in ('max_epochs', 'batch_size', 'num_workers'):
-        if getattr(args, key) is not None:
+        if getattr(args, key, None) is not None:
             values[key] = getattr(args, key)
     if args.num_workers is not None:  # asked for: on a CPU too
         values['cpu_workers'] = args.num_workers
-    if lr is not None:
-        values['learning_rate'] = lr
-    tconf = trainer.TrainerConfig(
-        **values, final_tokens=final, writer=writer, device=device,
+    flag = 'pretrain_lr' if stage == 'pretrain' else 'finetune_lr'
+    if flag in args.typed:
+        values['learning_rate'] = getattr(args, flag)
+    budget = args.time_budget if args.time_budget is not None else presets.time_budget(args.preset, stage)
+    values.update(
+        writer=writer, device=device,
         precision=devices.pick_precision(args.precision, device, training=True,
                                          measure=presets.adapts(args.preset)),
         compile=args.compile, pack_multiple=pack_multiple(args, stage),
@@ -291,16 +429,15 @@ def trainer_config(args, stage, pretrain_len, device, writer=None):
         checkpoint_seconds=0 if device == 'cpu' else checkpoint.GPU_SECONDS,
         time_budget=None if budget is None else budget * 60, start_time=args.started,
         budget_may_grow=args.time_budget is None or args.time_budget_share,
-        budget_after=args.time_budget_after)
+        budget_after=args.time_budget_after, smaller=getattr(args, 'smaller', None))
+    tconf = type(tconf)(**values)
     if tconf.precision == 'bf16' and device.startswith('cuda') and distributed.rank() == 0:
         print('note: --precision bf16 on a GPU attends with the flash kernel: under bf16 the '
               'handout\'s pretraining stopped learning with cuDNN\'s and the memory-efficient '
               'one on an H100, and followed fp32 with flash over its 650 epochs '
               '(results/h100-80gb-hbm3/README.md)',
               file=sys.stderr, flush=True)
-    return tconf, budget
-
-
+    return tconf
 
 
 def write_record(args, output, device, **used):
@@ -309,7 +446,7 @@ def write_record(args, output, device, **used):
     way), for whoever reads the output later. Not read back by any command."""
     record = dict(function=args.function, variant=args.variant, preset=args.preset,
                   edition=args.edition, commit=common.source_commit(), torch=torch.__version__,
-                  device=str(device), seed=args.seed,
+                  device=str(device), seed=dict(zip(('python', 'torch'), seeds(args))),
                   reading_params_path=args.reading_params_path,
                   bottleneck_dim=bottleneck_of(args),
                   **used, seconds=round(time.time() - args.started, 1))
@@ -336,7 +473,8 @@ def predict(gpt, prompts, vocab, device, precision='fp32', batch_size=256):
     """The handout's greedy answers to inputs.read_questions' prompts, batched: one string per
     prompt ('' for a blank line)."""
     gpt.eval()
-    mask_id = vocab.stoi[dataset.MASK_CHAR]
+    mask = inputs.mask_of(vocab.stoi)
+    mask_id = vocab.stoi[mask]
     questions = [p for p in prompts if p is not None]
     completions = iter(greedy_complete(gpt, questions, 32, stop_id=mask_id, stop_count=2,
                                        batch_size=batch_size, device=device,
@@ -347,7 +485,7 @@ def predict(gpt, prompts, vocab, device, precision='fp32', batch_size=256):
             predictions.append('')
             continue
         completion = ''.join([vocab.itos[int(i)] for i in next(completions)])
-        predictions.append(completion.split(dataset.MASK_CHAR)[1])
+        predictions.append(completion.split(mask)[1])
     return predictions
 
 
@@ -355,30 +493,33 @@ def predict(gpt, prompts, vocab, device, precision='fp32', batch_size=256):
 
 def tensorboard_dir(args):
     """The handout's folder for the run's tensorboard logs (2024-25: without bottleneck_dim),
-    named with the learning rates the stages train at (the flags', else the preset's)."""
+    named with the learning rates the stages train at (the flags typed, else the preset's)."""
     name = f'{args.tb_expt_name}_{args.variant}'
     if args.edition == '2021-23':
         name += f'_{args.bottleneck_dim}'
-    finetune = 'finetune_pretrained' if args.reading_params_path is not None else 'finetune_scratch'
-    pretrain_lr, finetune_lr = (
-        lr if lr is not None else presets.stage_values(args.preset, stage, args.edition)['learning_rate']
-        for lr, stage in ((args.pretrain_lr, 'pretrain'), (args.finetune_lr, finetune)))
-    return 'expt/%s/%s_pt_lr_%f_ft_lr_%f' % (args.function, name, pretrain_lr, finetune_lr)
+    rates = []
+    for flag, stage in (('pretrain_lr', 'pretrain'), ('finetune_lr', stage_of(args, 'finetune'))):
+        typed = flag in args.typed or args.preset == 'handout'
+        rates.append(getattr(args, flag) if typed else
+                     presets.stage_values(args.preset, stage, args.edition)['learning_rate'])
+    return 'expt/%s/%s_pt_lr_%f_ft_lr_%f' % (args.function, name, *rates)
 
 
-def save_params(gpt, args, device, run, tconf, budget, stage):
+def save_params(gpt, args, run):
     """The handout's torch.save(model.state_dict(), args.writing_params_path) at the end of
     training, written whole or not at all and never cut short by a first Ctrl-C (that would lose
     the finished run); the resumable checkpoint, nothing left to resume, removed; the run's
-    record beside the params."""
+    record beside the params. `run`: the Trainer that trained it."""
     if distributed.rank() != 0:
         return
-    path = args.writing_params_path
+    path, tconf = args.writing_params_path, run.config
     with checkpoint.StopRequest():
         common.save_state_dict(gpt, path)
         if os.path.exists(tconf.resume_path):
             os.remove(tconf.resume_path)
-    write_record(args, path, device, stage=stage, precision=run.precision, plan=run.plan.record(),
+    budget = None if tconf.time_budget is None else tconf.time_budget / 60
+    write_record(args, path, run.device, stage=args.stage, precision=run.precision,
+                 plan=run.plan.record(),
                  learning_rate=tconf.learning_rate, batch_size=tconf.batch_size,
                  weight_decay=tconf.weight_decay, decay_rule=tconf.decay_rule,
                  shuffle=tconf.shuffle, compile=tconf.compile or None,
@@ -398,17 +539,42 @@ def save_params(gpt, args, device, run, tconf, budget, stage):
                  others_share=getattr(run, 'others_share', None) and round(run.others_share, 4))
 
 
-def write_predictions(args, predictions, gold_lines, device, precision):
-    """--outputs_path, one prediction a line (written whole or not at all), scored against
-    inputs.read_evaluation's gold lines as utils.evaluate_places scores them, and its record;
-    returns (total, correct)."""
+def evaluate(gpt, args, vocab, device):
+    """The handout's evaluation, batched: its greedy answers (utils.sample's, engine.decode's
+    batches) to the questions of --eval_corpus_path (each line checked, blank lines answered
+    blank), one a line in --outputs_path written whole or not at all, scored as
+    utils.evaluate_places scores a well-formed file; the handout's printed line; the record."""
+    prompts, gold_lines = inputs.read_evaluation(args.eval_path, vocab.stoi, args.strict)
+    precision = devices.pick_precision(args.precision, device, training=False)
+    predictions = predict(gpt, prompts, vocab, device, precision, args.eval_batch_size)
+
     def write(tmp):
         with open(tmp, 'w', encoding='utf-8') as fout:
             for pred in predictions:
                 fout.write(pred + '\n')
     common.atomic_write(args.outputs_path, write)
-    total, correct = utils.score_places(gold_lines, predictions)
+    total, correct = inputs.score_places(gold_lines, predictions)
     write_record(args, args.outputs_path, device, precision=precision,
                  eval_corpus_path=args.eval_path, questions=len(predictions),
                  correct=int(correct) if total > 0 else None)
-    return total, correct
+    if total > 0:
+        print(f'Correct: {correct} out of {total}: {correct/total*100}%')
+    else:
+        print(f'Predictions written to {args.outputs_path}; no targets provided')
+
+
+# What ends a command with one line instead of a traceback (run.py's except clause)
+STOPS = (UsageError, LossNotFinite, checkpoint.TrainingInterrupted)
+
+
+def report(e):
+    """One line for a STOPS exception; the exit status."""
+    if isinstance(e, UsageError):
+        print(f'error: {e}', file=sys.stderr)
+        return 2
+    if isinstance(e, LossNotFinite):
+        print(f'error: {e}; nothing was written (a lower learning rate may help)', file=sys.stderr)
+        return 1
+    print(f'\ninterrupted: checkpoint written to {e}; continue with the same command plus '
+          '--resume', file=sys.stderr)
+    return 130

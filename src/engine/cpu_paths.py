@@ -21,7 +21,6 @@ import sys
 
 import torch
 
-from attention import CausalSelfAttention
 from engine.common import atomic_write
 from engine.cpu_load import busy
 from engine.devices import bf16_supported
@@ -44,7 +43,7 @@ def attention_paths(model):
     written-out math (False), both computing the same function; only the math ([None]: nothing
     to choose) when attention has dropout or the plain path is asked for (the kernel has no CPU
     dropout of its own: see attention.CausalSelfAttention.cpu_math)."""
-    layers = [m for m in model.modules() if isinstance(m, CausalSelfAttention)]
+    layers = [m for m in model.modules() if hasattr(m, 'cpu_kernel')]  # (CausalSelfAttention's)
     if not layers or not all(m.flash and m.attn_drop.p == 0 for m in layers):
         return [None]
     return [True, False]
@@ -54,7 +53,7 @@ def set_attention_path(model, kernel, unset_only=False):
     """Training on a CPU: attention through the fused kernel (True or None) or the written-out
     math (False); unset_only: only in the layers whose path is still None."""
     for m in model.modules():
-        if isinstance(m, CausalSelfAttention) and not (unset_only and m.cpu_kernel is not None):
+        if hasattr(m, 'cpu_kernel') and not (unset_only and m.cpu_kernel is not None):
             m.cpu_kernel = kernel
 
 

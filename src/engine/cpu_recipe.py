@@ -2,8 +2,8 @@
 
 The CPU recipes' data and model (presets cpu-20min, cpu-45min, cpu-rehearsal): engine, not
 the handout. None of this is in the starter code, and none of it runs under the handout's preset:
-run.py calls `prepare` once, where a preset asks for a recipe. What each piece is for and what it
-reached: docs/cpu-recipe.md.
+run.py calls `fit_model` and command.training calls `training_data`, where a preset asks for a
+recipe. What each piece is for and what it reached: docs/cpu-recipe.md.
 
 - BornViewMix (cpu-20min, cpu-45min): pretraining, and finetuning after it, on short views of each
   wiki.txt line mixed with the training questions;
@@ -12,36 +12,34 @@ reached: docs/cpu-recipe.md.
   preset's model and it fits too few steps into the budget here, a shallower one
   (presets.slow_machine).
 """
+import copy
 import random
 import re
 
 import torch
 from torch.utils.data import ConcatDataset, Dataset
 
-from engine import command
 from engine import devices
 from engine import distributed
 from engine import inputs
 from engine import presets
-from dataset import PAD_CHAR
 
 
-def prepare(args, stage, pretrain_dataset, data, schedule_length, device):
-    """(The training set, the length its schedule counts, the model, the slow-machine model for
-    the run's plan or None: model_for) of the recipe of args.preset for `stage` ('pretrain',
-    'finetune_pretrained', 'finetune_scratch'; None to evaluate), where `data` and
-    `schedule_length` are the handout's."""
+def training_data(args, stage, pretrain_dataset, data, schedule_length, questions=None):
+    """(The training set, the length its schedule counts) of the recipe of args.preset for
+    `stage` ('pretrain', 'finetune_pretrained', 'finetune_scratch'), where `data` and
+    `schedule_length` are the handout's; `questions`: the handout's NameDataset, which reads the
+    questions a pretraining mix holds."""
     mix = presets.mix(args.preset)
     lead = presets.rehearsal_lead(args.preset)
     if mix is not None and stage in ('pretrain', 'finetune_pretrained'):
-        questions = data if stage == 'finetune_pretrained' else \
-            inputs.read_finetune(args.finetune_path, pretrain_dataset)
-        data = mixed(pretrain_dataset, questions, mix, args)
+        asked = data if stage == 'finetune_pretrained' else \
+            inputs.read_finetune(args.finetune_path, pretrain_dataset, questions)
+        data = mixed(pretrain_dataset, asked, mix, args)
         schedule_length = len(data)  # the handout's schedule counts the corpus's length; a mix, its own
     elif lead is not None and stage == 'finetune_pretrained':
         data = ConcatDataset([data, LeadInDataset(pretrain_dataset, lead)])
-    gpt, smaller = model_for(args, pretrain_dataset.vocab_size, pretrain_dataset.block_size, device)
-    return data, schedule_length, gpt, smaller
+    return data, schedule_length
 
 
 def mixed(pretrain_dataset, questions, mix, args):
@@ -66,7 +64,8 @@ class LeadInDataset(Dataset):
         # the NameDataset's length (block_size - 1), in every edition: batches mix the two
         self.length = pretraining_dataset.block_size - 1
         self.lead = torch.tensor([pretraining_dataset.stoi[c] for c in lead], dtype=torch.long)
-        self.lead_targets = torch.full_like(self.lead, pretraining_dataset.stoi[PAD_CHAR])
+        pad = pretraining_dataset.stoi[pretraining_dataset.PAD_CHAR]
+        self.lead_targets = torch.full_like(self.lead, pad)
 
     def __len__(self):
         return len(self.examples)
@@ -123,7 +122,7 @@ class BornViewMix(Dataset):
     def __init__(self, pretraining_dataset, questions, question_share, lead):
         self.lines = [line for line in pretraining_dataset.data if line.strip()]
         self.questions, self.share = questions, question_share
-        self.stoi = pretraining_dataset.stoi
+        self.stoi, self.pad = pretraining_dataset.stoi, pretraining_dataset.PAD_CHAR
         self.length = pretraining_dataset.block_size - 1  # the NameDataset's, in every edition
         self.lead = lead
         self.size = round(len(self.lines) / (1 - question_share))
@@ -134,10 +133,10 @@ class BornViewMix(Dataset):
     def __getitem__(self, idx):
         if random.random() < self.share:
             return self.questions[random.randrange(len(self.questions))]
-        text = self.lead + born_view(random.choice(self.lines)) + PAD_CHAR * self.length
+        text = self.lead + born_view(random.choice(self.lines)) + self.pad * self.length
         ids = torch.tensor([self.stoi[c] for c in text[:self.length + 1]], dtype=torch.long)
         x, y = ids[:-1], ids[1:].clone()
-        y[:max(0, len(self.lead) - 1)] = self.stoi[PAD_CHAR]
+        y[:max(0, len(self.lead) - 1)] = self.stoi[self.pad]
         return x, y
 
 
@@ -156,24 +155,27 @@ def saved_state(args):
     return None
 
 
-def model_for(args, vocab_size, block_size, device):
-    """(The model to train, or to read params into; None or (build, below_steps): the model for
-    a slow machine, which the run's plan (plan.py) builds and trains instead where the preset's
-    fits fewer than below_steps steps into the budget here). The preset's model
-    (command.build_model); for a preset with a model for slow machines (presets.slow_machine),
-    that one where the params or the checkpoint resumed are of its depth."""
+def fit_model(args, model, mconf, make, device, randoms):
+    """The model to train, or to read params into: run.py's `model`, make(mconf) built from the
+    random states `randoms`; for a preset with a model for slow machines (presets.slow_machine),
+    that one where the params or the checkpoint resumed are of its depth. Sets args.smaller:
+    None, or (build, below_steps) where pretraining may train the slow machine's model instead
+    (the run's plan builds it where the preset's fits fewer than below_steps steps into the
+    budget here: plan.py), drawn from the same random states."""
+    args.smaller = None
     slow = presets.slow_machine(args.preset)
     if slow is None:
-        return command.build_model(args, vocab_size, block_size, device), None
-    saved = saved_state(args)
-    if saved is not None:
-        smaller = inputs.layers_of(saved) == slow['model']['n_layer']
-        return command.build_model(args, vocab_size, block_size, device,
-                                   **(slow['model'] if smaller else {})), None
-    randoms = devices.random_states(device)
-    gpt = command.build_model(args, vocab_size, block_size, device)
+        return model
 
     def build():  # initialised as if it had been built first
         devices.set_random_states(randoms, device)
-        return command.build_model(args, vocab_size, block_size, device, **slow['model'])
-    return gpt, (build, slow['below_steps']) if args.function == 'pretrain' else None
+        conf = copy.copy(mconf)
+        for key, value in slow['model'].items():
+            setattr(conf, key, value)
+        return make(conf).to(device)
+    saved = saved_state(args)
+    if saved is not None:
+        return build() if inputs.layers_of(saved) == slow['model']['n_layer'] else model
+    if args.function == 'pretrain':
+        args.smaller = (build, slow['below_steps'])
+    return model

@@ -15,6 +15,7 @@ import sys
 if __name__ == '__main__':  # python src/engine/datafiles.py: import engine from src/
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from engine import presets
 from engine.common import UsageError, atomic_write
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -90,6 +91,20 @@ def resolve(path, flag):
     where = path if os.path.dirname(path) else f'{path} and {os.path.relpath(candidate)}'
     raise UsageError(f'{flag}: file not found (looked in {where}; '
                      f'`python src/engine/datafiles.py` copies the data into data/)')
+
+
+def enter_data_folder(name):
+    """Work in the folder that holds the data file `name`: the current one where it is there,
+    else data/ (dataset.py's examples, which open the files by their bare names)."""
+    if not os.path.exists(name) and os.path.isfile(os.path.join(DATA, name)):
+        os.chdir(DATA)
+
+
+def edition_wiki(name='wiki.txt'):
+    """The text of `name` (the pretraining corpus) as the checkout's edition ships it
+    (as_edition): dataset.py's examples print that edition's count."""
+    with open(name, encoding='utf-8') as f:
+        return as_edition(f.read(), presets.edition())
 
 
 def main():

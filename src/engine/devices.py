@@ -10,13 +10,24 @@ import torch
 from engine.common import UsageError
 
 
-def pick_device(name):
-    """'auto' -> 'cuda' when a GPU is visible, else 'cpu'; 'cuda' without one is a UsageError."""
+def pick_device(name, variant=None):
+    """'auto' -> 'cuda' when a GPU is visible, else 'mps' (Apple's GPU) for the vanilla model
+    where there is one, as the 2024-25 starter chooses (its RoPE used complex numbers, which MPS
+    lacked; the project's other paths are untested there), else 'cpu'. A device asked for that
+    is not there is a UsageError."""
     if name == 'auto':
-        name = 'cuda' if torch.cuda.is_available() else 'cpu'
+        name = 'cuda' if torch.cuda.is_available() else \
+            'mps' if variant == 'vanilla' and mps_available() else 'cpu'
     if name == 'cuda' and not torch.cuda.is_available():
         raise UsageError('--device cuda: no CUDA device is available')
+    if name == 'mps' and not mps_available():
+        raise UsageError('--device mps: no Apple MPS device is available')
     return name
+
+
+def mps_available():
+    """Whether Apple's Metal GPU can run torch here."""
+    return bool(getattr(torch.backends, 'mps', None)) and torch.backends.mps.is_available()
 
 
 def cpu_has_bf16():

@@ -14,7 +14,6 @@ import zipfile
 import torch
 
 from engine import datafiles
-import dataset
 from engine import paths
 from engine import presets
 from engine.common import UsageError, state_difference
@@ -52,30 +51,117 @@ def read_text(path, flag, lines=False):
         raise UsageError(f'{flag} {path}: not UTF-8 text ({e.reason} at byte {e.start})')
 
 
-def read_corpus(corpus_path, edition=None, text=None):
-    """The pretraining corpus's CharCorruptionDataset (which also gives every stage its
-    vocabulary; wiki.txt as `edition` ships it, datafiles.as_edition); a file that is not UTF-8,
-    is empty or holds a reserved character is an error naming it. `text`: the file's, already
-    read."""
+def mask_of(stoi):
+    """The mask character of a vocabulary (id 1: SPEC's vocabulary, every edition's)."""
+    return next(c for c, i in stoi.items() if i == 1)
+
+
+class Reserved(UsageError):
+    """A corpus holds one of the vocabulary's reserved characters (`char`)."""
+
+    def __init__(self, message, char):
+        super().__init__(message)
+        self.char = char
+
+
+def refuse_reserved(chars, reserved):
+    """CharCorruptionDataset's check of its corpus's characters `chars`: a Reserved error for the
+    first of `reserved` (MASK_CHAR, PAD_CHAR) among them, naming it (the starter asserts)."""
+    for special in reserved:
+        if special in chars:
+            name = {0x2047: 'MASK_CHAR', 0x25A1: 'PAD_CHAR'}.get(ord(special), 'a reserved character')
+            raise Reserved(f'the pretraining corpus contains {name} {special} (U+{ord(special):04X}), '
+                           'which is reserved for masking/padding', special)
+
+
+def read_corpus(corpus_path, make, edition=None, text=None):
+    """The pretraining corpus's dataset, make(text, block size) (the handout's
+    CharCorruptionDataset, which also gives every stage its vocabulary; wiki.txt as `edition`
+    ships it, datafiles.as_edition); a file that is not UTF-8, is empty or holds a reserved
+    character is an error naming it. `text`: the file's, already read."""
     edition = presets.edition(edition)
     if text is None:
         text = read_text(corpus_path, 'pretrain_corpus_path')
     text = datafiles.as_edition(text, edition)
+    check_corpus(corpus_path, text)
+    return make(text, presets.BLOCK_SIZE, edition)
+
+
+def check_corpus(corpus_path, text):
+    """The pretraining corpus checked before any work (its dataset is built later, by run.py's
+    own line): not empty, no reserved character (MASK_CHAR, PAD_CHAR: an error naming its
+    line). Returns its characters (the vocabulary without the two)."""
     if not text.strip():
         raise UsageError(f'pretrain_corpus_path {corpus_path} is empty')
+    chars = set(text)
     try:
-        return dataset.CharCorruptionDataset(text, presets.BLOCK_SIZE, edition)
-    except UsageError as e:  # the reserved characters: say which file, and which line
-        line = next((f' line {i}' for i, s in enumerate(text.split('\n'), 1)
-                     if dataset.MASK_CHAR in s or dataset.PAD_CHAR in s), '')
+        refuse_reserved(chars, RESERVED)
+    except Reserved as e:
+        line = next((f' line {i}' for i, s in enumerate(text.split('\n'), 1) if e.char in s), '')
         raise UsageError(f'pretrain_corpus_path {corpus_path}{line}: {e}')
+    return chars
 
 
-def read_finetune(path, pretrain_dataset):
-    """The finetuning questions' NameDataset; a malformed or empty file is an error naming it."""
+RESERVED = ('\u2047', '\u25a1')  # MASK_CHAR and PAD_CHAR (the vocabulary's ids 1 and 0)
+
+
+def check_plain_questions(path, chars):
+    """What the handout's one-question loop (run.py --plain) cannot answer, refused before any
+    work: a blank line, a character outside the corpus's `chars` (it would stop with a
+    KeyError), a file that is not "question<TAB>place" or bare questions throughout."""
+    for lineno, row in enumerate(read_gold_lines(path, '--eval_corpus_path'), 1):
+        if row is None:
+            raise UsageError(f'--eval_corpus_path {path} line {lineno}: blank (the handout\'s '
+                             'evaluation, --plain, takes none; without --plain it is answered '
+                             'blank)')
+        unknown = sorted(set(row[0]) - set(chars))
+        if unknown:
+            raise UsageError(f'--eval_corpus_path {path} line {lineno}: character '
+                             f'{unknown[0]!r} is not in the pretraining vocabulary')
+
+
+def question_lines(lines, stoi):
+    """NameDataset's lines (its text split at '\n', non-ASCII dropped) checked one by one: each
+    non-blank one is "question<TAB>place" in the vocabulary `stoi` (else an error naming the
+    line); blank lines and CRLF's '\r' dropped; one '' last, where the split of a file ending in
+    a newline has it (the handout's dataset counts len - 1 examples): the last line of a file
+    without a final newline is an example too."""
+    kept = []
+    for lineno, line in enumerate(lines, 1):
+        line = line.rstrip('\r')
+        if not line.strip():
+            continue
+        if line.count('\t') != 1:
+            raise UsageError(f'finetune corpus line {lineno}: expected "question<TAB>place", '
+                             f'found {line.count(chr(9))} tabs: {line[:60]!r}')
+        unknown = sorted(set(line.replace('\t', '')) - set(stoi))
+        if unknown:
+            raise UsageError(f'finetune corpus line {lineno}: character {unknown[0]!r} is not '
+                             f'in the pretraining vocabulary')
+        kept.append(line)
+    return kept + ['']
+
+
+def check_finetune(path, chars):
+    """The finetuning questions checked before any work (run.py's own line builds their dataset
+    later): UTF-8, every line "question<TAB>place" in the corpus's characters `chars`, at least
+    one; an error naming the file and the line."""
     text = read_text(path, '--finetune_corpus_path')
     try:
-        names = dataset.NameDataset(pretrain_dataset, text)
+        lines = question_lines(text.encode('utf-8').decode('ascii', errors='ignore').split('\n'),
+                               set(chars) | set(RESERVED))
+    except UsageError as e:
+        raise UsageError(f'--finetune_corpus_path {path}: {e}')
+    if len(lines) <= 1:
+        raise UsageError(f'--finetune_corpus_path {path} has no examples')
+
+
+def read_finetune(path, pretrain_dataset, make):
+    """The finetuning questions' dataset, make(pretrain_dataset, text) (the handout's
+    NameDataset); a malformed or empty file is an error naming it."""
+    text = read_text(path, '--finetune_corpus_path')
+    try:
+        names = make(pretrain_dataset, text)
     except UsageError as e:  # which line: say which file too
         raise UsageError(f'--finetune_corpus_path {path}: {e}')
     if len(names) == 0:
@@ -131,20 +217,19 @@ def read_questions(path, stoi, strict):
 
 
 def read_evaluation(path, stoi, strict):
-    """(read_questions' prompts, the file's lines as utils.score_places takes them): the file is
+    """(read_questions' prompts, the file's lines as score_places takes them): the file is
     read once, so a pipe (`<(cat dev.tsv)`) gives its accuracy too."""
-    prompts, lines = [], []
+    prompts, lines, mask = [], [], mask_of(stoi)
     for lineno, row in enumerate(read_gold_lines(path, '--eval_corpus_path'), 1):
         if row is None:
             prompts.append(None)
             lines.append([''])
             continue
         lines.append([row[0]] if row[1] is None else [row[0].strip(), row[1]])
-        if dataset.MASK_CHAR in row[0]:
+        if mask in row[0]:
             raise UsageError(f'--eval_corpus_path {path} line {lineno}: the question holds '
-                             f'{dataset.MASK_CHAR} (the mask character), after which the answer '
-                             'is read')
-        question = row[0] + dataset.MASK_CHAR
+                             f'{mask} (the mask character), after which the answer is read')
+        question = row[0] + mask
         unknown = sorted(set(question) - set(stoi))
         if unknown:
             if strict:
@@ -154,6 +239,29 @@ def read_evaluation(path, stoi, strict):
                   f'vocabulary: {"".join(unknown)!r}', file=sys.stderr)
         prompts.append([stoi[c] for c in question if c in stoi])
     return prompts, lines
+
+
+def evaluate_places(filepath, predicted_places):
+    """utils.evaluate_places (the handout's signature and result: (total, correct), floats),
+    on any questions file the commands take: its blank lines are not counted (the handout's
+    fails on them), CRLF ends read as LF, and each line has a gold place or not by itself."""
+    with open(filepath, encoding='utf-8') as fin:
+        lines = [[field.strip() for field in x.rstrip('\r\n').split('\t')] for x in fin]
+    return score_places(lines, predicted_places)
+
+
+def score_places(lines, predicted_places):
+    """evaluate_places on a file's lines already read and split at the tab (stripped fields;
+    [''] for a blank line): one prediction per line; (0, 0) where no line has a gold place."""
+    asked = [x for x in lines if x != ['']]
+    if not any(len(x) > 1 for x in asked):
+        print('No gold birth places provided; returning (0,0)')
+        return (0, 0)
+    assert len(lines) == len(predicted_places), (len(lines), len(predicted_places))
+    rows = [(x, pred) for x, pred in zip(lines, predicted_places) if x != ['']]
+    true_places = [x[1] if len(x) > 1 else None for x, _ in rows]
+    correct = sum(1 for gold, (_, pred) in zip(true_places, rows) if gold == pred)
+    return (float(len(true_places)), float(correct))
 
 
 def describe_params(state):

@@ -61,11 +61,14 @@ DEFAULT_EDITION = '2021-23'
 EDITION_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                             'edition.txt')
 EDITIONS = {
-    '2021-23': dict(variants=('vanilla', 'synthesizer', 'perceiver'), extra_pad=0,
+    '2021-23': dict(variants=('vanilla', 'synthesizer', 'perceiver'), extra_pad=0, torch_seed=1,
                     handout={}),
-    '2024-25': dict(variants=('vanilla', 'rope'), extra_pad=1,
+    '2024-25': dict(variants=('vanilla', 'rope'), extra_pad=1, torch_seed=0,
                     handout={'pretrain': dict(final_tokens_per_example=650 * BLOCK_SIZE)}),
 }
+# torch_seed: the starter's torch.manual_seed at the import of its model file (2022-23: 1; 2021-22
+# seeds none, so 2022-23's is one of its runs; 2024-25: 0); every starter seeds python's with 0.
+VARIANTS = ('vanilla', 'synthesizer', 'perceiver', 'rope')  # run.py's, every edition's together
 
 
 def checkout_edition():
@@ -127,7 +130,7 @@ MINGPT_TRAINER = dict(shuffle=True, decay_rule='matmul')
 
 
 def _preset(model=None, rehearsal_lead=None, mix=None, time_budget=None, slow=None,
-            adapts=False, under_load=None, **stage_changes):
+            adapts=False, under_load=None, seed=None, **stage_changes):
     """The handout's model and stages, with some values replaced. rehearsal_lead: finetuning
     after pretraining also trains on the pretraining corpus, each example led by this text
     (cpu_recipe.LeadInDataset); None (the handout) finetunes on the questions alone. mix:
@@ -145,7 +148,8 @@ def _preset(model=None, rehearsal_lead=None, mix=None, time_budget=None, slow=No
     under_load: dict(source=where the runs are, runs={condition: dict(layers=, steps=(fewest,
     most), dev=what they answered)}, one condition 'idle'): measured runs of the preset, which a
     run that trained fewer steps than the idle ones names at its end (cpu_load.SawLoad); None:
-    nothing measured."""
+    nothing measured. seed: python's and torch's seed where --seed is not typed; None: the
+    edition's starter's (command.seeds)."""
     preset = {stage: {**values, **stage_changes.get(stage, {})} for stage, values in HANDOUT.items()}
     preset['model'] = {**MODEL, **(model or {})}
     preset['rehearsal_lead'] = rehearsal_lead
@@ -154,6 +158,7 @@ def _preset(model=None, rehearsal_lead=None, mix=None, time_budget=None, slow=No
     preset['slow'] = dict(slow) if slow else None
     preset['adapts'] = adapts
     preset['under_load'] = dict(under_load) if under_load else None
+    preset['seed'] = seed
     return preset
 
 
@@ -163,6 +168,7 @@ def _preset(model=None, rehearsal_lead=None, mix=None, time_budget=None, slow=No
 # that facts stored under a line's leading name are read where a question puts the name. What
 # it reached, and the runs that chose it: docs/cpu-recipe.md.
 CPU_RECIPE = dict(
+    seed=0,  # (its runs were measured with it)
     model=dict(embd_pdrop=0.0, resid_pdrop=0.0, attn_pdrop=0.0),
     pretrain=dict(max_epochs=650, batch_size=64, learning_rate=1.5e-3,
                   final_tokens_per_example=650 * (BLOCK_SIZE - 1), **MINGPT_TRAINER),
@@ -181,6 +187,7 @@ CPU_RECIPE = dict(
 SLOW_BELOW_STEPS = 2200
 MIX_STEP = 64 * (BLOCK_SIZE - 1)  # the positions of one step at batch 64, as the schedule counts
 CPU_MIX = dict(
+    seed=0,  # (its runs were measured with it)
     model=dict(n_embd=128, embd_pdrop=0.0, resid_pdrop=0.0, attn_pdrop=0.0),
     mix=dict(questions='birth_places_train.tsv', question_share=0.25, lead='Where was '),
     pretrain=dict(max_epochs=650, batch_size=64, learning_rate=3e-3, warmup_tokens=30 * MIX_STEP,
@@ -207,6 +214,7 @@ PRESETS = {
     # A smoke run: the whole pipeline in a few minutes on a CPU, to see it work end to end
     # (`bash scripts/main.sh --preset cpu-quick`); too short to answer anything.
     'cpu-quick': _preset(
+        seed=0,
         pretrain=dict(max_epochs=2, batch_size=32, learning_rate=3e-3),
         finetune_scratch=dict(max_epochs=2),
         finetune_pretrained=dict(max_epochs=2),
@@ -232,6 +240,11 @@ def stage_values(preset, stage, edition=DEFAULT_EDITION):
     if preset == 'handout':
         values.update(EDITIONS[edition]['handout'].get(stage, {}))
     return values
+
+
+def seed(preset):
+    """The preset's own seed (python's and torch's), or None: the edition's starter's."""
+    return PRESETS[preset]['seed']
 
 
 def time_budget(preset, stage):

@@ -27,6 +27,7 @@ import submission  # noqa: E402
 import unpack  # noqa: E402
 import student_datasets  # noqa: E402
 import gradescope_like  # noqa: E402
+import user_sandbox  # noqa: E402
 
 DEV, TEST = 40, 30
 SANDBOX = spec_check.sandbox_problem() is None  # bubblewrap runs here (setup installs it)
@@ -725,8 +726,12 @@ raise RuntimeError('seen ' + repr(SEEN))
 '''
 
 
-@pytest.mark.skipif(gradescope_like.problem() is not None or not SANDBOX,
-                    reason=f'no Gradescope-like conditions here: {gradescope_like.problem()}')
+# (the user sandbox: the grader's second one, which runs the probe as another user, must reach
+# this Python: a Python under a folder closed to other users, a root account's pyenv, cannot)
+@pytest.mark.skipif(gradescope_like.problem() is not None or not SANDBOX
+                    or user_sandbox.problem() is not None,
+                    reason=f'no Gradescope-like conditions here: {gradescope_like.problem()}; '
+                           f'the user sandbox: {user_sandbox.problem()}')
 # rope's submission (and a hostile copy of it) stands for the three: what the conditions change
 # (the sandbox, the user, the memory) is the same for every handout, whose grading is tested
 # with every privilege above; each handout costs half a minute here

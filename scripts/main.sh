@@ -46,6 +46,16 @@ fi
 
 out=runs/main
 mkdir -p "$out"
+if [ "$preset" != handout ]; then
+  # the outputs carry the handout's file names; this says, in their folder, what made them
+  cat > "$out/NOT-THE-HANDOUTS-MODEL.txt" <<EOF
+The params and predictions in this folder come from the '$preset' preset (src/engine/presets.py):
+not the handout's model or data. Their NAME.run.json records say so, and collect_submission.sh
+refuses them. The handout's model: bash scripts/main.sh --full (or src/run.py without --preset).
+EOF
+else
+  rm -f "$out/NOT-THE-HANDOUTS-MODEL.txt"
+fi
 src=$PWD/src
 cd "$out"
 run() { echo "+ python src/run.py $*"; python "$src/run.py" "$@" --preset "$preset"; }

@@ -339,3 +339,24 @@ def test_an_output_that_cannot_be_the_zip_is_refused_before_anything(workdir, ou
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f'error: --output {output}: ') and words in lines[0]
     assert {p.name: p.read_bytes() for p in workdir.iterdir() if p.is_file()} == before
+
+
+def test_outputs_of_a_cpu_preset_are_refused_naming_it(workdir):
+    """main.sh's CPU default trains the cpu-20min preset (another model, other data) under the
+    handout's file names: completed with the other files, such a folder zipped into a
+    submission the autograder cannot load. The run records beside the files say which preset
+    made them; the script refuses them in one line, naming the preset and the handout's
+    command, and writes nothing. Records of the handout's preset change nothing."""
+    make_outputs(workdir, 'perceiver')
+    (workdir / 'vanilla.finetune.params.run.json').write_text('{"preset": "handout"}')
+    r = run(workdir)
+    assert r.returncode == 0, r.stderr
+    (workdir / ZIP).unlink()
+    for name in ('vanilla.finetune.params', 'vanilla.pretrain.dev.predictions'):
+        (workdir / (name + '.run.json')).write_text('{"preset": "cpu-20min", "variant": "vanilla"}')
+    r = run(workdir)
+    assert r.returncode == 2 and r.stderr.count('\n') == 1, r.stderr
+    assert r.stderr.startswith('error: vanilla.finetune.params and 1 more came from the '
+                               'cpu-20min preset'), r.stderr
+    assert 'scripts/main.sh --full' in r.stderr
+    assert leftovers(workdir) == []

@@ -20,6 +20,7 @@ temporary file and renamed into place, so it is never left half-written. Standar
 Exit status: 0 zip written, 1 submission incomplete, 2 bad usage / handout unclear.
 """
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -182,6 +183,26 @@ def detect_handout(folder):
                           f'pass --handout {" or --handout ".join(found)}')
 
 
+def preset_outputs(folder, handout):
+    """(preset, [files]) of the submission's params and predictions whose run records
+    (NAME.run.json, written beside each by run.py) name a preset other than the handout's, or
+    None: a CPU preset trains another model on other data, which no autograder takes."""
+    found = {}
+    for name in required_files(handout):
+        record = os.path.join(folder, name + '.run.json')
+        try:
+            with open(record, encoding='utf-8') as f:
+                preset = json.load(f).get('preset')
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(preset, str) and preset != 'handout':
+            found.setdefault(preset, []).append(name)
+    if not found:
+        return None
+    preset = sorted(found)[0]
+    return preset, found[preset]
+
+
 def check(folder, handout, repo=REPO):
     """(problems, data): what is wrong with the submission in `folder` (a list of lines, empty
     when it is complete) and the data files found ({name: path})."""
@@ -264,6 +285,14 @@ def collect(args, repo=REPO):
     required = required_files(handout)
     print(f'handout: {handout} ({HANDOUT_YEAR[handout]}); files from {os.path.abspath(folder)}')
 
+    trained = preset_outputs(folder, handout)
+    if trained is not None:
+        preset, names = trained
+        raise SubmissionError(
+            f'{names[0]}{f" and {len(names) - 1} more" if len(names) > 1 else ""} came from the '
+            f'{preset} preset (its .run.json says so), not the handout\'s model and data: train '
+            'them with the handout\'s commands (src/run.py without --preset, or `bash '
+            'scripts/main.sh --full`)')
     problems, data = check(folder, handout, repo)
     out = args.output or ZIP_NAME[handout]
     members = [m for m in src_members(src) if m[1] != EDITION_FILE]

@@ -49,6 +49,30 @@ def test_set_up_accepts_either_editions_wiki(edition, wikis, tmp_path, monkeypat
     datafiles.setup(str(wikis[edition]))  # already there: left alone, no error
 
 
+def test_set_up_takes_a_students_starter_folder(wikis, tmp_path, monkeypatch):
+    """The handout's zip unpacked: wiki.txt (the RoPE edition's) and the birth_*.tsv files at
+    its top, the demo's input.txt under mingpt-demo/ or not there at all (it is optional)."""
+    starter = tmp_path / 'a4'
+    starter.mkdir()
+    for name in ('wiki.txt', 'birth_places_train.tsv', 'birth_dev.tsv', 'birth_test_inputs.tsv'):
+        shutil.copy(wikis['2024-25'] / name, starter / name)
+    for demo in (True, False):
+        data = tmp_path / f'data-{demo}'
+        data.mkdir()
+        shutil.copy(os.path.join(REPO, 'data', 'SHA256SUMS'), data)
+        monkeypatch.setattr(datafiles, 'DATA', str(data))
+        if demo:
+            (starter / 'mingpt-demo').mkdir()
+            shutil.copy(wikis['2024-25'] / 'input.txt', starter / 'mingpt-demo' / 'input.txt')
+        else:
+            shutil.rmtree(starter / 'mingpt-demo')
+        datafiles.setup(str(starter))
+        assert (data / 'wiki.txt').read_bytes() == (starter / 'wiki.txt').read_bytes()
+        assert (data / 'birth_dev.tsv').is_file() and (data / 'input.txt').is_file() == demo
+    with pytest.raises(UsageError, match='data folder .*nowhere: not found'):
+        datafiles.setup(str(tmp_path / 'nowhere'))
+
+
 def test_set_up_refuses_a_wiki_of_neither_edition(wikis, tmp_path, monkeypatch):
     data, source = tmp_path / 'data', tmp_path / 'source'
     data.mkdir()

@@ -2,7 +2,8 @@
 
 The assignment's data files: copying them into data/ (with checksums) and finding them.
 
-    python src/engine/datafiles.py            # copy from $A5_DATA_DIR (default ../shared/data) into data/
+    python src/engine/datafiles.py [FOLDER]   # copy from FOLDER (your starter's folder), else
+                                              # $A5_DATA_DIR, else ../shared/data, into data/
 
 The handout's commands name the files bare (`wiki.txt`, `birth_dev.tsv`) because its students
 keep them in the working directory; `resolve` accepts that and falls back to data/.
@@ -57,16 +58,32 @@ def as_edition(text, edition):
     return text
 
 
+# Where a folder may hold a data file beside its own name: the handout's starter keeps the demo's
+# text under mingpt-demo/ (or ships none: only the demo notebook reads it)
+ALSO_IN = {'input.txt': ('mingpt-demo', os.path.join('mingpt-demo', 'mingpt'))}
+OPTIONAL = ('input.txt',)
+
+
 def setup(source=None):
     """Copy every file named in data/SHA256SUMS from `source` into data/, verifying each (wiki.txt
-    may be either edition's). Files already in data/ with an accepted checksum are left alone."""
+    may be either edition's). `source` may be a student's own starter folder (the handout's zip
+    puts wiki.txt and the birth_*.tsv files at its top). Files already in data/ with an
+    accepted checksum are left alone; input.txt (mingpt-demo's notebook) may be missing."""
     source = source or os.environ.get(DATA_DIR_ENV) or DEFAULT_SOURCE
+    if not os.path.isdir(source):
+        raise UsageError(f'data folder {source}: not found (set {DATA_DIR_ENV}, or name the '
+                         'folder that holds wiki.txt and the birth_*.tsv files: your starter\'s)')
     for name, digest in checksums().items():
         dest = os.path.join(DATA, name)
         if os.path.isfile(dest) and sha256(dest) in accepted(name, digest):
             continue
-        src = os.path.join(source, name)
-        if not os.path.isfile(src):
+        src = next((p for p in (os.path.join(source, where, name)
+                                for where in ('',) + ALSO_IN.get(name, ()))
+                    if os.path.isfile(p)), None)
+        if src is None and name in OPTIONAL:
+            print(f'note: {name} is not in {source}: only the mingpt-demo notebook needs it')
+            continue
+        if src is None:
             raise UsageError(f'data file {name} not found in {source} '
                              f'(set {DATA_DIR_ENV} to the folder that holds the assignment data)')
         if sha256(src) not in accepted(name, digest):
@@ -113,7 +130,8 @@ def main():
     except UsageError as e:
         print(f'error: {e}', file=sys.stderr)
         sys.exit(2)
-    print(f'data/ ready: {", ".join(sorted(checksums()))}')
+    ready = [n for n in sorted(checksums()) if os.path.isfile(os.path.join(DATA, n))]
+    print(f'data/ ready: {", ".join(ready)}')
 
 
 if __name__ == '__main__':

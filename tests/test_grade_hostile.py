@@ -60,6 +60,30 @@ def test_a_deep_tree_is_one_row_and_the_run_goes_on(tmp_path, kind):
         all('folders deep' not in e for e in rows[1]['errors'])
 
 
+def test_a_tree_the_submission_built_too_deep_for_python_is_removed_and_the_run_goes_on(tmp_path):
+    """A dataset.py that builds a 1,500-deep folder tree while its check runs: removing the
+    submission's working folder raised RecursionError outside grade_one's try (shutil.rmtree
+    recurses), and the whole run ended with no grades. Stood in for by a grader whose grade()
+    builds the tree where the probe would."""
+    class Building:
+        def grade(self, path, work):
+            deep = os.path.join(work, 'sandbox')
+            os.makedirs(deep)
+            os.chdir(deep)  # (relative steps: the whole path would pass PATH_MAX)
+            try:
+                for _ in range(1500):
+                    os.mkdir('d')
+                    os.chdir('d')
+            finally:
+                os.chdir(tmp_path)
+            return grade.empty_result(path)
+    work = tmp_path / 'work'
+    work.mkdir()
+    row, failed = grade.grade_one(Building(), 'a.zip', str(work))
+    assert not failed and row['submission'] == 'a.zip' and row['warnings'] == []
+    assert not work.exists()
+
+
 @pytest.mark.filterwarnings('ignore:Duplicate name')  # zipfile's, while the test builds it
 def test_an_entry_named_twice_is_refused(tmp_path):
     twice = zipped(tmp_path / 'twice.zip', [('src/dataset.py', 'a = 1\n'), ('src/dataset.py', 'b = 2\n')])

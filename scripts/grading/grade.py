@@ -33,7 +33,6 @@ import multiprocessing
 import os
 import random
 import re
-import shutil
 import sys
 import tempfile
 
@@ -57,6 +56,7 @@ import run  # noqa: E402
 import spec_check  # noqa: E402
 import submission  # noqa: E402
 import unpack  # noqa: E402
+import user_sandbox  # noqa: E402
 from engine.common import UsageError  # noqa: E402
 
 LONDON = 'london_baseline_accuracy.txt'
@@ -450,7 +450,11 @@ def grade_one(grader, path, work):
         outcome = grader.grade(path, work), False
     except Exception as e:
         outcome = grader_error(path, e), True
-    shutil.rmtree(work, ignore_errors=True)
+    # rm -rf, not shutil.rmtree: a submission's tree too deep for Python's recursion (its probe
+    # may build one) raised RecursionError here, and the whole run ended ungraded
+    user_sandbox.remove(work)
+    if os.path.lexists(work):
+        outcome[0]['warnings'].append(f'its working files could not all be removed ({work})')
     return outcome
 
 

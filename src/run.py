@@ -277,8 +277,8 @@ def main(argv=None):  # [wrapper]
                     print(f'Predictions written to {args.outputs_path}; no targets provided')
     except command.STOPS as e:  # [engine] bad input, a loss not finite, an interrupt: one line
         sys.exit(command.report(e))
-    finally:  # [engine] the steps logged so far reach the events file, also on an interrupt
-        command.close_writer()  # [engine]
+    finally:  # [engine] the steps logged so far reach the events file; the outputs let go
+        command.finish()  # [engine]
 
 
 if __name__ == '__main__':  # [engine]

@@ -636,3 +636,33 @@ def test_malformed_params_are_one_problem_each_never_a_crash(tmp_path):
     problem = inputs.params_mismatch(gpt, inputs.read_state(str(tmp_path / 'flat.params')),
                                      'a perceiver model')
     assert 'down_block.C is 1-D, not 3-D' in problem
+
+
+def test_an_output_another_live_run_is_writing_is_refused_unless_replace(cli, ws):
+    """Two runs writing the same params at once: each write was atomic, but the last one won
+    without a word. A live run's claim on its output (a lock beside it) makes a second run
+    refuse before any work, naming the other process; --replace writes it all the same; the
+    claim goes with the run that held it (a later run, here in the same process, takes it)."""
+    holder = subprocess.Popen([sys.executable, '-c', f'''import sys, time
+sys.path.insert(0, {os.path.join(os.path.dirname(RUN), '')!r})
+from engine import paths
+paths.Claim('old.params').take()
+print('held', flush=True)
+time.sleep(60)'''], cwd=ws, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == 'held'
+        argv = ['pretrain', 'vanilla', 'corpus.txt'] + PT + ['--max_epochs', '1']
+        line = assert_one_error(cli(*argv), ws, '--writing_params_path old.params',
+                                f'process {holder.pid}', '--replace')
+        assert 'another run' in line
+        code, _, err = cli(*argv, '--replace')
+        assert code == 0, err
+    finally:
+        holder.kill()
+        holder.wait()
+    (ws / 'old.params').write_bytes(OLD_PARAMS)
+    code, _, err = cli(*argv)  # the holder is gone: its lock with it
+    assert code == 0, err
+    code, _, err = cli(*argv)  # and this process's own claim ended with its run
+    assert code == 0, err
+    assert not [p for p in os.listdir(ws) if p.endswith('.lock')]

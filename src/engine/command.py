@@ -26,6 +26,7 @@ from engine import datafiles
 from engine import devices
 from engine import distributed
 from engine import inputs
+from engine import paths
 from engine import presets
 from engine.common import UsageError
 from engine.datafiles import resolve
@@ -136,6 +137,9 @@ def add_engine_flags(argp):
                        help='DataLoader worker processes building the training batches (the '
                             'handout\'s 4 on a GPU; on a CPU none unless given: the same batches '
                             'either way)')
+    extra.add_argument('--replace', action='store_true',
+                       help='write the outputs even where another live run is writing them now '
+                            '(the last to finish wins); without it such a run refuses')
     extra.add_argument('--eval_batch_size', type=int, default=256)
     extra.add_argument('--strict', action='store_true',
                        help='evaluate: stop at a question with characters outside the vocabulary '
@@ -270,6 +274,7 @@ def check_args(args):
                          '(it is written every --checkpoint_every epochs and on Ctrl-C/SIGTERM)')
     if training:
         inputs.check_log_folder(tensorboard_dir(args))
+    claim_outputs(args, training)
     # the handout's lines open the inputs by these flags: where each one was found
     args.pretrain_corpus_path, args.finetune_corpus_path = args.corpus_path, args.finetune_path
     args.eval_corpus_path = args.eval_path
@@ -281,6 +286,26 @@ def check_args(args):
         inputs.check_plain_questions(args.eval_path, vocab)
 
 
+
+
+_CLAIMS = []  # the outputs this command writes, claimed for it until it ends (finish)
+
+
+def claim_outputs(args, training):
+    """Each output this command writes claimed for it (paths.Claim): one that another live run
+    is writing is a UsageError naming it, unless --replace. Rank 0 writes, and claims, alone."""
+    if int(os.environ.get('RANK', '0')) != 0 or args.replace:  # (before the group is joined)
+        return
+    for flag, path in (('--writing_params_path', args.writing_params_path if training else None),
+                       ('--outputs_path', args.outputs_path if not training else None)):
+        if path is None:
+            continue
+        try:
+            _CLAIMS.append(paths.Claim(path).take())
+        except paths.Busy as e:
+            finish()
+            raise UsageError(f'{flag} {path}: another run (process {e}) is writing it now; wait '
+                             'for it to end, or pass --replace to write it all the same')
 
 
 def bottleneck_of(args):
@@ -323,7 +348,7 @@ def device(args):
     return where
 
 
-_WRITERS = []  # the command's tensorboard writer, closed when it ends (close_writer)
+_WRITERS = []  # the command's tensorboard writer, closed when it ends (finish)
 
 
 def writer(args, make):
@@ -336,10 +361,13 @@ def writer(args, make):
     return _WRITERS[-1]
 
 
-def close_writer():
-    """Every scalar logged so far written to the events file (also after an interrupt)."""
+def finish():
+    """The command's end, however it ends: every scalar logged so far written to the events
+    file (also after an interrupt), its outputs' claims let go."""
     while _WRITERS:
         _WRITERS.pop().close()
+    while _CLAIMS:
+        _CLAIMS.pop().release()
 
 
 def corpus_text(args, text):

@@ -8,6 +8,7 @@ written, and must not be the same file as anything the command reads or writes b
 symlink, `./` or `..` spelling of an input is the input: paths are compared resolved and, where
 both exist, by device and inode). Each check returns the reason in words, or None.
 """
+import fcntl
 import os
 import tempfile
 
@@ -87,3 +88,49 @@ def out_folder_problem(folder):
             return f'its folder {os.path.basename(existing)[:24]}...: {too_long}'
         existing = os.path.dirname(existing)
     return folder_problem(existing)
+
+
+class Busy(Exception):
+    """Another live process is writing the output (its pid, where it said)."""
+
+
+class Claim:
+    """A live run's claim on an output it will write: an exclusive lock on a hidden file beside
+    it (.NAME.lock, holding the run's pid), taken before any work and let go (the file removed)
+    when the run ends; a second run that would write the same output finds it taken. A lock,
+    not the file's existence, so that a run that died leaves nothing in the way."""
+
+    def __init__(self, path):
+        folder, name = os.path.split(os.path.abspath(path))
+        self.path = os.path.join(folder, f'.{name}.lock')
+        self.fd = None
+
+    def take(self):
+        """Busy (with the other run's pid) where another live process holds the claim."""
+        for _ in range(10):
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 32).decode('ascii', 'replace').strip()
+                os.close(fd)
+                raise Busy(holder or 'unknown')
+            try:  # the file may have been removed by the run that let it go just now
+                if os.fstat(fd).st_ino == os.stat(self.path).st_ino:
+                    os.ftruncate(fd, 0)
+                    os.write(fd, f'{os.getpid()}\n'.encode())
+                    self.fd = fd
+                    return self
+            except FileNotFoundError:
+                pass
+            os.close(fd)
+        raise Busy('unknown')
+
+    def release(self):
+        if self.fd is not None:
+            try:
+                os.remove(self.path)
+            except OSError:
+                pass
+            os.close(self.fd)
+            self.fd = None

@@ -398,3 +398,55 @@ def test_a_sleeping_dataset_and_a_huge_file_end_the_run_in_either_sandbox(tmp_pa
         assert got is None and 'did not finish within 2 s' in why, why
     else:  # (Python ignores SIGXFSZ: the write past the cap fails, and the dataset with it)
         assert why is None and 'File too large' in got['error'], got
+
+
+NUMPY_DATASET = '''import random
+import numpy as np
+import torch
+
+
+class CharCorruptionDataset:
+    def __init__(self, data, block_size):
+        chars = sorted(set(data))
+        self.stoi = {c: i + 2 for i, c in enumerate(chars)}
+        self.stoi.update({'\\u25a1': 0, '\\u2047': 1})
+        self.itos = {i: c for c, i in self.stoi.items()}
+        self.vocab_size, self.block_size = len(self.stoi), block_size
+        self.data = data.split('\\n')
+        self.bias = np.random.randint(0, 3)  # a draw in the constructor
+        self.letters = list(set(data))  # an order that follows the strings' hashes
+
+    def __len__(self):
+        return len(self.data)
+
+    def __getitem__(self, idx):
+        n = int(np.random.randint(4, 9)) + self.bias
+        pick = self.letters[np.random.randint(len(self.letters))]
+        s = (self.data[idx][:n] + pick + '\\u25a1' * self.block_size)[:self.block_size]
+        ids = torch.tensor([self.stoi[c] for c in s])
+        return ids[:-1], ids[1:]
+
+
+class NameDataset:
+    def __init__(self, pretraining_dataset, data):
+        self.data = []
+'''
+
+
+@pytest.mark.parametrize('kind', KINDS)
+def test_the_same_seed_draws_the_same_whatever_the_dataset_draws_with(tmp_path, kind):
+    """A dataset that draws with numpy in its constructor, and from a set's order (which follows
+    Python's per-process hash seed): two probes with the same seed report the same draws (the
+    grader's figures repeat however a class is graded). Before, numpy was seeded only after the
+    constructor and the probe's hashes were randomised per process."""
+    reports = []
+    for run in ('first', 'second'):
+        src = tmp_path / run / 'src'
+        src.mkdir(parents=True)
+        (src / 'dataset.py').write_text(NUMPY_DATASET)
+        request, _, _ = spec_check.request_for(draws=spec_check.MIN_DRAWS)
+        report, why = spec_check.run_probe(str(src), str(tmp_path / run / 'sandbox'), request,
+                                           120, isolate=kind)
+        assert why is None and 'error' not in report, (why, report)
+        reports.append(report['draws'])
+    assert reports[0] == reports[1]

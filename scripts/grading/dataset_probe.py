@@ -69,10 +69,19 @@ def probe(request):
     return draw(request, dataset)
 
 
+def seed_all(seed):
+    """Python's, torch's and numpy's generators, each seeded with `seed`."""
+    random.seed(seed)
+    torch.manual_seed(seed)
+    if numpy is not None:
+        numpy.random.seed(seed % 2**32)
+
+
 def draw(request, dataset):
     """The report on the module `dataset`: its vocabulary, the requested draws ([idx, x, y], or
     [idx, error] for a draw that raised), its NameDataset's items."""
     out = {}
+    seed_all(request['seed'])  # (a dataset may draw in its constructor too)
     try:
         ds = dataset.CharCorruptionDataset(request['corpus'], request['block_size'])
         out['stoi'] = sorted((str(k), int(v)) for k, v in ds.stoi.items())
@@ -81,10 +90,7 @@ def draw(request, dataset):
         out['length'] = len(ds)
     except BaseException as e:
         return error('CharCorruptionDataset(corpus, block_size)', e)
-    random.seed(request['seed'])
-    torch.manual_seed(request['seed'])
-    if numpy is not None:
-        numpy.random.seed(request['seed'] % 2**32)
+    seed_all(request['seed'])
     draws = []
     for idx in request['draws']:  # a draw that raises is [idx, the error]; the others go on
         try:

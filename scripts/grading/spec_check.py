@@ -201,7 +201,11 @@ def _run_probe(src, sandbox, request, wall_seconds, isolate, hidden):
         json.dump(request, f)
     env = {'PATH': '/usr/bin:/bin', 'HOME': work, 'TMPDIR': work, 'LANG': 'C.UTF-8',
            'LC_ALL': 'C.UTF-8', 'OMP_NUM_THREADS': '1', 'MKL_NUM_THREADS': '1'}
-    argv = [sys.executable, '-I', '-B', probe, 'request.json']
+    # -I's isolation less its -E (the environment is this one, built here): PYTHONHASHSEED fixed,
+    # so that a dataset that draws from a set's order draws the same in every run
+    env['PYTHONHASHSEED'] = '0'
+    argv = [sys.executable, '-s', '-B'] + (['-P'] if sys.version_info >= (3, 11) else []) + \
+        [probe, 'request.json']
     end = None
     with user_sandbox.Hidden(hidden if user is not None else ()):  # (unhidden last)
         try:

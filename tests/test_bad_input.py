@@ -666,3 +666,19 @@ time.sleep(60)'''], cwd=ws, stdout=subprocess.PIPE, text=True)
     code, _, err = cli(*argv)  # and this process's own claim ended with its run
     assert code == 0, err
     assert not [p for p in os.listdir(ws) if p.endswith('.lock')]
+
+
+def test_params_whose_zip_metadata_reads_as_no_zip_kind_are_one_problem(tmp_path, monkeypatch):
+    """Malformed metadata in a params file's zip raised, in the grader, kinds of errors that
+    BadZipFile does not cover (a grader error): any error while reading the zip's records is
+    "not a readable params file"."""
+    import zipfile
+    path = tmp_path / 'odd.params'
+    path.write_bytes(b'PK\x03\x04 whatever')
+
+    class Odd:
+        def __init__(self, *a, **k):
+            raise NotImplementedError('compression type 99')
+    monkeypatch.setattr(zipfile, 'ZipFile', Odd)
+    assert inputs.unpacked_size_problem(str(path), 1 << 20) == \
+        'not a readable params file (a damaged or truncated zip)'

@@ -193,6 +193,19 @@ def test_a_report_the_submission_writes_itself_is_its_failure(tmp_path, forgery)
         assert got is None and 'not the probe\'s' in why, (kind, why)
 
 
+def test_a_forged_report_nested_too_deep_is_its_failure_not_a_grader_error(tmp_path):
+    """A dataset.py that writes, on the probe's descriptor, a JSON nested 100,000 deep: the
+    grader's json.loads raised RecursionError, a grader error; it is the submission's row."""
+    src = tmp_path / 'src'
+    src.mkdir()
+    (src / 'dataset.py').write_text("import os\nos.write(3, b'[' * 100000 + b']' * 100000)\n"
+                                    "os._exit(0)\n")
+    request, _, _ = spec_check.request_for(draws=spec_check.MIN_DRAWS)
+    got, why = spec_check.run_probe(str(src), str(tmp_path / 'sandbox'), request,
+                                    isolate='bubblewrap' if PROBLEM is None else None)
+    assert got is None and 'unreadable report' in why, why
+
+
 @pytest.mark.parametrize('change', [
     lambda r: r.update(stoi='abc'),
     lambda r: r.update(vocab_size='10'),

@@ -292,7 +292,7 @@ def _read_report(proc, request, wall_seconds, isolate, watchdog=None, end=None):
         report = json.loads(b''.join(chunks).decode('utf-8'))
         if not isinstance(report, dict):
             raise ValueError('not an object')
-    except ValueError:
+    except (ValueError, RecursionError):  # (RecursionError: a forged report nested too deep)
         return None, 'dataset.py\'s run gave an unreadable report (did it write to stdout\'s ' \
                      'descriptor itself?)'
     problem = report_problem(report, request)

@@ -411,11 +411,13 @@ class Grader:
 
     def hidden(self):
         """What a probe run as another user must not reach: the grader's files, the data (the
-        held-out answers), where the results go."""
+        held-out answers), where the results go (--json's and --gradescope's folders, --out),
+        and the submissions (the other students'; the grader's command line names them)."""
         a = self.args
         return [os.path.join(REPO, 'src'), os.path.join(REPO, 'scripts'),
-                os.path.join(REPO, 'data'), a.data_dir, a.test_answers,
-                *(os.path.dirname(os.path.abspath(p)) for p in (a.gradescope, a.json) if p)]
+                os.path.join(REPO, 'data'), a.data_dir, a.test_answers, a.out,
+                *(os.path.dirname(os.path.abspath(p)) for p in (a.gradescope, a.json) if p),
+                *(os.path.abspath(p) for p in a.submissions)]
 
 
 def release_memory():

@@ -475,3 +475,44 @@ def test_the_grader_hides_the_out_folder_and_the_submissions_from_the_probe(tmp_
     hidden = grade.Grader.hidden(SimpleNamespace(args=args))
     assert str(tmp_path / 'reports') in hidden and str(tmp_path / 'r') in hidden
     assert os.path.abspath('class/a.zip') in hidden and str(tmp_path / 'b.zip') in hidden
+
+
+IPC_LEFT = '''import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+SEEN = [libc.shmget(0, {size}, 0o1600), libc.semget(0, 1, 0o1600), libc.msgget(0, 0o1600)]
+with open('/run/lock/a5-left', 'w') as f:
+    f.write('x')
+'''
+
+
+@needs_user
+def test_what_the_probe_leaves_in_ipc_and_run_lock_goes_after_it(tmp_path):
+    """System V shared memory, a semaphore and a message queue outlive the process that made
+    them; /run/lock is a folder anyone may write in. After the probe, none of the account's is
+    left."""
+    uid = user_sandbox.account().pw_uid
+    ids = eval(seen(tmp_path, IPC_LEFT.format(size=1 << 20), 'user'))
+    assert all(i >= 0 for i in ids), ids
+    assert user_sandbox.ipc_objects(uid) == []
+    assert not os.path.exists('/run/lock/a5-left')
+
+
+@needs_user
+@pytest.mark.parametrize('how', ['shared memory', 'removed but open'])
+def test_memory_the_probe_holds_outside_its_files_counts_against_its_cap(tmp_path, monkeypatch,
+                                                                         how):
+    """12 MiB in System V shared memory, or in a /dev/shm file removed but held open (no walk of
+    a folder finds it), against a cap of 4 MiB: the watchdog ends the run."""
+    monkeypatch.setattr(user_sandbox, 'DISK_CAP', 4 << 20)
+    src = tmp_path / 'src'
+    src.mkdir()
+    held = ('import ctypes, time\nlibc = ctypes.CDLL(None)\n'
+            'libc.shmget(0, 12 << 20, 0o1600)\ntime.sleep(60)\n' if how == 'shared memory' else
+            "import os, time\nf = open('/dev/shm/a5-held', 'wb')\nf.write(b'x' * (12 << 20))\n"
+            "f.flush()\nos.remove('/dev/shm/a5-held')\ntime.sleep(60)\n")
+    (src / 'dataset.py').write_text(held)
+    request, _, _ = spec_check.request_for(draws=spec_check.MIN_DRAWS)
+    got, why = spec_check.run_probe(str(src), str(tmp_path / 'sandbox'), request, 120,
+                                    isolate='user')
+    assert got is None and 'wrote more than 4 MiB' in why, why
+    assert user_sandbox.ipc_objects(user_sandbox.account().pw_uid) == []

@@ -213,10 +213,7 @@ def _run_probe(src, sandbox, request, wall_seconds, isolate, hidden):
                 proc = user_sandbox.popen_as(user, argv, work, env, subprocess.PIPE, _limit_files)
                 uid = user.pw_uid
                 end = functools.partial(user_sandbox.end_started, user, spare=(proc.pid,))
-                watchdog = user_sandbox.Watchdog(
-                    lambda: user_sandbox.owned(uid, (work,) + user_sandbox.SHARED_TMP,
-                                               user_sandbox.FILES_CAP + 1)
-                    + (len(user_sandbox.started(uid)),), end)
+                watchdog = user_sandbox.Watchdog(lambda: user_measure(uid, work), end)
             else:
                 if isolate == 'bubblewrap':
                     argv = sandbox_command(argv, os.path.abspath(sandbox))
@@ -237,7 +234,20 @@ def _run_probe(src, sandbox, request, wall_seconds, isolate, hidden):
                 if end is not None:
                     end()
                 user_sandbox.remove_owned(user.pw_uid)
+                user_sandbox.remove_ipc(user.pw_uid)
                 folder.close()
+
+
+def user_measure(uid, work):
+    """(bytes, files, processes) of a probe run as another user, for its watchdog: its files in
+    its folder and the shared ones, the removed files it holds open there, and its System V
+    shared memory (memory that no process limit counts)."""
+    pids = user_sandbox.started(uid)
+    size, files = user_sandbox.owned(uid, (work,) + user_sandbox.SHARED_TMP,
+                                     user_sandbox.FILES_CAP + 1)
+    size += user_sandbox.held_open(pids)
+    size += sum(n for kind, _, n in user_sandbox.ipc_objects(uid) if kind == 'shm')
+    return size, files, len(pids)
 
 
 def _kill_group(proc):

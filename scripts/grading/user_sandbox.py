@@ -21,7 +21,9 @@ belong to other services. The user:
   grader is their child subreaper (`Orphans`), so a process that detaches itself (a new
   session, a double fork) is still below the grader, and the grader ends the processes of the
   user below it (`end_started`), never the account's others; then every file of the user in the
-  shared temporary folders is removed. Two graders on one machine take turns
+  folders anyone may write in (SHARED_TMP) and every System V IPC object it owns are removed.
+  While it runs, its files there, the removed ones it still holds open and its shared memory
+  count towards its caps. Two graders on one machine take turns
   (`one_at_a_time`).
 
 It does not take the network away (no namespaces: nothing to take it with); nothing the user can
@@ -48,7 +50,11 @@ PROCESSES = 64  # RLIMIT_NPROC of the user: a fork bomb stops there
 OPEN_FILES = 256
 DISK_CAP = 256 << 20  # bytes of the user's files, in its folder and the shared temporary ones
 FILES_CAP = 20000
-SHARED_TMP = ('/tmp', '/var/tmp', '/dev/shm')
+# every folder any user may write in (besides the probe's own): watched while the probe runs,
+# and what the user left there removed after it
+SHARED_TMP = tuple(p for p in ('/tmp', '/var/tmp', '/dev/shm', '/run/lock', '/dev/mqueue')
+                   if os.path.isdir(p) and not os.path.islink(p))
+IPC = {'shm': ('-m', 1, 3), 'sem': ('-s', 1, None), 'msg': ('-q', 1, 3)}  # ipcrm flag, columns
 PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 36, 37, 38
 
 
@@ -255,6 +261,54 @@ def entries_of(folder, uid):
             yield e.path, st
 
 
+def ipc_objects(uid):
+    """[(kind, id, bytes)] of the System V IPC objects (shared memory, semaphores, message
+    queues) `uid` owns: they outlive the processes that made them."""
+    found = []
+    for kind, (_, id_column, bytes_column) in IPC.items():
+        try:
+            with open(f'/proc/sysvipc/{kind}') as f:
+                header = f.readline().split()
+                for line in f:
+                    row = line.split()
+                    if int(row[header.index('uid')]) == uid:
+                        size = int(row[bytes_column]) if bytes_column is not None else 0
+                        found.append((kind, int(row[id_column]), size))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def remove_ipc(uid):
+    """Remove every System V IPC object `uid` owns."""
+    for kind, ident, _ in ipc_objects(uid):
+        subprocess.run(['ipcrm', IPC[kind][0], str(ident)], stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def held_open(pids, roots=SHARED_TMP):
+    """Bytes of the files removed from `roots` that the processes `pids` still hold open: a
+    file in /dev/shm is memory, and unlinked it is in no folder a walk can find."""
+    total, seen = 0, set()
+    for pid in pids:
+        try:
+            fds = os.listdir(f'/proc/{pid}/fd')
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f'/proc/{pid}/fd/{fd}')
+                if not target.endswith(' (deleted)') or not target.startswith(roots):
+                    continue
+                st = os.stat(f'/proc/{pid}/fd/{fd}')
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_blocks * 512
+    return total
+
+
 def remove_owned(uid, roots=SHARED_TMP):
     """Remove what `uid` left directly in the shared temporary folders (with what is under it)."""
     for top in roots:
@@ -308,7 +362,8 @@ class Watchdog(threading.Thread):
     def run(self):
         while not self.done.wait(self.every):
             size, files, processes = self.measure()
-            self.why = (f'wrote more than {DISK_CAP >> 20} MiB (all its files together)'
+            self.why = (f'wrote more than {DISK_CAP >> 20} MiB (all its files together, shared '
+                        'memory included)'
                         if size > DISK_CAP else
                         f'made more than {FILES_CAP:,} files' if files > FILES_CAP else
                         f'started more than {PROCESSES} processes' if processes > PROCESSES

@@ -63,7 +63,9 @@ def add_engine_flags(argp):
     for action in argp._actions:  # (the handout's help names its own edition's variants)
         if action.dest == 'variant':
             action.help = 'Choose ' + ', '.join(presets.VARIANTS[:-1]) + ' or ' + presets.VARIANTS[-1]
-    extra = argp.add_argument_group('not in the handout (unset, they change nothing)')
+    extra = argp.add_argument_group('not in the handout (unset, the handout\'s computation; '
+                                    'on one GPU the step is recorded and packed, with other '
+                                    'dropout draws: --compile, --pack_multiple)')
     extra.add_argument('--preset', choices=sorted(presets.PRESETS), default='handout',
                        help='named training schedule (presets.py); default: the handout\'s')
     extra.add_argument('--edition', choices=sorted(presets.EDITIONS), default=None,

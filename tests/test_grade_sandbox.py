@@ -516,3 +516,18 @@ def test_memory_the_probe_holds_outside_its_files_counts_against_its_cap(tmp_pat
                                     isolate='user')
     assert got is None and 'wrote more than 4 MiB' in why, why
     assert user_sandbox.ipc_objects(user_sandbox.account().pw_uid) == []
+
+
+@needs_bwrap
+def test_under_bubblewrap_dev_shm_holds_no_more_than_the_disk_cap(tmp_path, monkeypatch):
+    """bubblewrap's own /dev put /dev/shm on a tmpfs of half the machine's memory, outside the
+    watched folder: it is now a tmpfs of the disk cap's size (4 MiB here)."""
+    monkeypatch.setattr(user_sandbox, 'DISK_CAP', 4 << 20)
+    code = '''import os
+try:
+    with open('/dev/shm/big', 'wb') as f:
+        f.write(b'x' * (12 << 20))
+    SEEN = 'written'
+except OSError as e:
+    SEEN = type(e).__name__'''
+    assert seen(tmp_path, code) == "'OSError'"

@@ -127,6 +127,16 @@ def sandbox_problem():
     return None
 
 
+@functools.lru_cache(maxsize=None)
+def bwrap_sizes():
+    """Whether this bubblewrap takes --size (0.5 and later)."""
+    try:
+        return '--size' in subprocess.run(['bwrap', '--help'], capture_output=True,
+                                          text=True).stdout
+    except OSError:
+        return False
+
+
 def sandbox_command(argv, folder):
     """argv run under bubblewrap: new PID, mount, network, IPC, UTS, cgroup and user namespaces;
     read-only the system's programs and libraries, this interpreter (its virtualenv and base
@@ -134,6 +144,8 @@ def sandbox_command(argv, folder):
     HOME point there); a /proc of its own; killed with its parent, in a session of its own."""
     cmd = ['bwrap', '--unshare-all', '--die-with-parent', '--new-session',
            '--proc', '/proc', '--dev', '/dev']
+    if bwrap_sizes():  # its /dev/shm is memory: at most the disk cap of it (else half the RAM)
+        cmd += ['--size', str(user_sandbox.DISK_CAP), '--tmpfs', '/dev/shm']
     for top in ('/bin', '/lib', '/lib64', '/lib32', '/sbin'):
         if os.path.islink(top):  # merged /usr: /bin -> usr/bin
             cmd += ['--symlink', os.readlink(top), top]

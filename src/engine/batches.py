@@ -188,8 +188,8 @@ SMALL = (torch.uint8, torch.int16, torch.int32)  # what a batch's ids may travel
 def to_bytes(x, y):
     """A batch as a worker sends it: its ids as the bytes of the smallest integer type that
     holds them. (A tensor crosses processes as a shared-memory file descriptor passed over a
-    socket: taking a built batch of two cost the loop 1.8 ms on the 2-core EPYC, the bytes
-    0.8 ms; results/loop-amd-epyc-avx2.md.) Batches that are not two id (int64) tensors of
+    socket, which costs the loop more than copying the bytes: scripts/dev/benchmark_loop.py
+    measures both.) Batches that are not two id (int64) tensors of
     one shape go as they are."""
     if x.shape != y.shape or x.dtype != torch.long or y.dtype != torch.long:
         return x, y

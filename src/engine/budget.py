@@ -30,15 +30,13 @@ import time
 from engine import distributed
 
 MARGIN = 0.05  # of the budget, kept for epoch ends, saves, the evaluation after and noise
-# of a budget that holds what follows (its time is kept apart, at the run's pace): 11 s of
-# main.sh's 18 minutes for the saves and noise (a replay of recorded runs' epoch times, with the
-# finetuning taking 1.08-1.28 of an epoch, ended every one within [19, 20] minutes:
-# results/cpu-20min/README.md)
+# of a budget that holds what follows (its time is kept apart, at the run's pace): enough for the
+# saves and noise, since an overrun would come out of what follows (tests/test_budget.py replays
+# recorded runs' epoch times against it)
 FOLLOWED_MARGIN = 0.01
 # A plan grows by this share of its epochs or more (and at least 2): no trend else. In its last
 # that many epochs no later epoch can tell, and one more that surely fits is time not left
-# unused (a run on one core, 56 epochs of 18 s, kept 3 epochs' slack and ended at 18:56 of its
-# 20 minutes: results/cpu-20min/README.md, run 17).
+# unused (a slow run's last epochs would otherwise stay slack).
 GROW = 0.05
 
 
@@ -121,10 +119,9 @@ class TimeBudget:
 
     def on_step_end(self, trainer, epoch, it):
         # The run's first step waits for what a run sets up once (worker processes, the first
-        # batches, memory): the first epoch's pace is taken from its other steps. (On an H100 a
-        # first epoch of 0.7 s, against 0.3 s measured before and after it, cut the handout's
-        # 650 epochs to 306 and the plan took 177 epochs to grow back:
-        # results/h100-80gb-hbm3/README.md.)
+        # batches, memory): the first epoch's pace is taken from its other steps. (A GPU's first
+        # step can take longer than its whole epoch otherwise does: counted in, it would cut
+        # the plan to a fraction of its epochs, which the next epochs would win back slowly.)
         if self.first_epoch_steps is not None:
             self.first_epoch_steps += 1
             if self.first_epoch_steps == 1:

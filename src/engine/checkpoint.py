@@ -17,9 +17,9 @@ from engine.common import UsageError, atomic_write, state_difference
 from engine.devices import random_states, set_random_states
 
 
-# A GPU's periodic checkpoints come at most this often: its epochs of the handout take 0.1-0.35 s,
-# and a checkpoint of the handout's model and AdamW (40 MB, written and synced) took 54-77 ms on
-# the 2-core EPYC: every 10 epochs, a few seconds of a run that aims at 45 (Resumable.due)
+# A GPU's periodic checkpoints come at most this often: its epochs of the handout take a fraction
+# of a second, and a checkpoint of the model and AdamW (written and synced) every few epochs would
+# be a real share of a short run (Resumable.due)
 GPU_SECONDS = 30
 
 

@@ -35,8 +35,8 @@ from engine.progress import LossNotFinite
 
 IMPORTED = time.time()  # (the run's record splits its time: the imports, then the rest)
 
-# --pack_multiple's default under --compile graphs, in pretraining only: on an H100 packing made
-# the recorded pretraining step 1.4-1.5x faster and the finetuning one slower (docs/gpu.md)
+# --pack_multiple's default under --compile graphs, in pretraining only: packing made the recorded
+# pretraining step faster and the finetuning one slower (docs/gpu.md)
 GPU_PACK_MULTIPLE = 512
 FUNCTIONS = ('pretrain', 'finetune', 'evaluate')
 
@@ -181,7 +181,7 @@ def check_args(args):
     where = devices.pick_device(args.device, args.variant)
     on_cpu = where != 'cuda'  # (what follows is a CUDA GPU's: graphs, tf32, packing)
     one_process = int(os.environ.get('WORLD_SIZE', '1')) == 1
-    if args.compile == 'auto':  # what the H100 loans measured fastest (docs/gpu.md)
+    if args.compile == 'auto':  # what measured fastest on a GPU (docs/gpu.md)
         args.compile = 'graphs' if not on_cpu and one_process and not args.plain else 'none'
     if args.precision == 'tf32' and on_cpu:
         raise UsageError('--precision tf32 is a CUDA GPU\'s arithmetic (fp32 matrix products on '
@@ -464,8 +464,7 @@ def trainer_config(args, stage, tconf, schedule_length, device, writer=None):
     if tconf.precision == 'bf16' and device.startswith('cuda') and distributed.rank() == 0:
         print('note: --precision bf16 on a GPU attends with the flash kernel: under bf16 the '
               'handout\'s pretraining stopped learning with cuDNN\'s and the memory-efficient '
-              'one on an H100, and followed fp32 with flash over its 650 epochs '
-              '(results/h100-80gb-hbm3/README.md)',
+              'one, and followed fp32 with flash over its 650 epochs (docs/gpu.md)',
               file=sys.stderr, flush=True)
     return tconf
 

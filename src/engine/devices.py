@@ -60,10 +60,9 @@ class autocast:
     GPU two choices torch leaves global, set for the step and put back after it: 'tf32' lets the
     fp32 matrix products use the tensor cores (TF32, 10 bits of mantissa), and under 'bf16'
     attention takes the flash kernel (the written-out math where flash cannot serve), since
-    cuDNN's kernel, torch's default choice for bf16 on an H100, and the memory-efficient one
-    stopped learning there with the handout's attention dropout while flash and the math
-    followed fp32 (results/h100-80gb-hbm3/README.md: the fourth and fifth loans, 40 epochs; flash
-    over all 650 in the sixth)."""
+    cuDNN's kernel, torch's default choice for bf16 on recent GPUs, and the memory-efficient one
+    stopped learning with the handout's attention dropout while flash and the math followed fp32
+    (docs/gpu.md)."""
 
     def __init__(self, device, precision):
         self.gpu = torch.device(device).type == 'cuda'

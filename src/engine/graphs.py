@@ -1,9 +1,9 @@
 """Engine (free to change): the whole training step replayed from CUDA graphs (--compile graphs).
 
 A step of the handout's model launches a few hundred small kernels. torch.compile's CUDA graphs
-(--compile reduce-overhead) replay them, but on an H100 they took 46 s to compile before the
-first step, for 12.4 ms a step against the eager 13-14 ms (results/h100-80gb-hbm3/README.md,
-the fifth loan). Here the step itself is recorded, with no compiler: forward, backward, gradient clipping and AdamW,
+(--compile reduce-overhead) replay them, but compiling costs more than a short run saves
+(docs/gpu.md). Here the step itself is recorded, with no compiler: forward, backward, gradient
+clipping and AdamW,
 once per batch shape, then replayed. What a recording fixes is made to hold:
 
 - shapes: each batch is trimmed to a multiple of WIDTH columns and padded to the batch size with

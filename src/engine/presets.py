@@ -198,8 +198,8 @@ CPU_MIX = dict(
     adapts=True,
 )
 
-# What `bash scripts/main.sh` (cpu-20min) trained and answered from fresh clones on the 2-core
-# AVX2 EPYC (results/cpu-20min/README.md): a run that trained fewer steps says what such runs got.
+# What `bash scripts/main.sh` (cpu-20min) trained and answered from fresh clones, by load (its
+# runs' page is `source`): a run that trained fewer steps says what such runs got.
 CPU_20MIN_UNDER_LOAD = dict(source='results/cpu-20min/README.md: runs 16-31, the rate held at '
                                    'its peak', runs={
     'idle': dict(layers=4, steps=(2914, 3162), dev='32.0-37.6% (3 runs)'),

@@ -21,7 +21,7 @@ class Progress:
     log_every steps have gathered (reading one back waits for the GPU), then are read together.
     With `lag` (a GPU's) the newest step's loss stays behind: reading it would wait for the
     step just launched, and the device would then idle while the loop prepares the next one
-    (at an epoch's end 2-3 ms on the 2-core EPYC: scripts/dev/benchmark_loop.py). What saves
+    (scripts/dev/benchmark_loop.py measures it). What saves
     params or a checkpoint reads every loss first: nothing is saved after a loss not read."""
 
     def __init__(self, log_every, writer, disable, lag=False):

@@ -531,3 +531,17 @@ try:
 except OSError as e:
     SEEN = type(e).__name__'''
     assert seen(tmp_path, code) == "'OSError'"
+
+
+def test_the_grader_can_blank_its_command_line_for_other_users():
+    """/proc/PID/cmdline is readable by every user: under the user sandbox the grader's names
+    another student's submission and the results folder. Blanked, it shows none of it (the
+    process's own sys.argv is kept)."""
+    code = ('import sys; sys.path.insert(0, sys.argv[1]); import user_sandbox\n'
+            'assert user_sandbox.hide_command_line()\n'
+            "print(open('/proc/self/cmdline', 'rb').read().replace(b'\\0', b' ').strip(), sys.argv[2])")
+    out = subprocess.run([sys.executable, '-c', code, os.path.join(REPO, 'scripts', 'grading'),
+                          'another-students-submission.zip'], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "b'' another-students-submission.zip", out.stdout

@@ -736,6 +736,8 @@ def check_args(args):
         if args.sandbox_kind == 'user' and args.jobs > 1:  # (one user: its probes would meet)
             raise UsageError('--jobs must be 1 where the dataset check runs as another user '
                              '(bubblewrap cannot run here)')
+        if args.sandbox_kind == 'user':  # (the probe's user could read the paths it names)
+            user_sandbox.hide_command_line()
 
 
 def main(argv=None):

@@ -156,6 +156,10 @@ BAD_INPUT = {
     'eval-unknown-char-strict': (['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path',
                                   'vanilla.params', '--eval_corpus_path', 'dev_unknown.tsv',
                                   '--strict'] + EV, ['dev_unknown.tsv', 'line 3', "'é'", 'vocabulary']),
+    # the handout's own loop (--plain) stops at a character outside the vocabulary: refused first
+    'plain-eval-unknown-char': (['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path',
+                                 'vanilla.params', '--eval_corpus_path', 'dev_unknown.tsv',
+                                 '--plain'] + EV, ['dev_unknown.tsv', 'line 3', "'é'", 'vocabulary']),
     'eval-question-with-mask': (['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path',
                                  'vanilla.params', '--eval_corpus_path', 'dev_mask.tsv'] + EV,
                                 ['dev_mask.tsv', 'line 4', 'mask character']),

@@ -18,7 +18,7 @@ from tqdm import tqdm
 from torch.nn import functional as F  # [2021-22 2022-23] noqa: F401
 from torch.utils.tensorboard import SummaryWriter  # [2022-23 2024-25]
 
-from engine import command, cpu_recipe, inputs  # [engine]
+from engine import command, cpu_recipe, devices, distributed, inputs  # [engine]
 from engine.common import LazyWriter as SummaryWriter  # [engine] its folder made at the first scalar
 
 random.seed(0)
@@ -102,7 +102,7 @@ def main(argv=None):  # [wrapper]
 
         # define models.
         # note: models should moved to device defined on lines 30-34.
-        randoms = command.random_states(device)  # [engine] (a slow machine's model drawn as this one)
+        randoms = devices.random_states(device)  # [engine] (a slow machine's model drawn as this one)
 
         model = None  # [2024-25]
         if args.variant == 'vanilla':
@@ -136,7 +136,7 @@ def main(argv=None):  # [wrapper]
         # [engine] a CPU preset's model for a slow machine, where it may be trained instead:
         model = cpu_recipe.fit_model(args, model, mconf, models.GPT, device, randoms)  # [engine]
 
-        if args.variant != 'synthesizer' and command.rank() == 0:  # [wrapper 2022-23 2024-25]
+        if args.variant != 'synthesizer' and distributed.rank() == 0:  # [wrapper 2022-23 2024-25]
             print('Model on device: ', next(model.parameters()).device)
 
         # Perform pretraining, finetuning, or evaluation

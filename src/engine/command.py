@@ -321,11 +321,6 @@ def describe_model(args):
     return f'a {args.variant} model'
 
 
-def rank():
-    """This process's rank under torchrun (0 alone): only rank 0 prints and writes."""
-    return distributed.rank()
-
-
 def seeds(args):
     """(python's, torch's) seeds of the run: --seed for both where typed; else a CPU preset's
     own; else the edition's starter's: random.seed(0) in run.py and torch.manual_seed at the
@@ -388,11 +383,6 @@ def model_config(args, mconf):
     if args.dropout is not None:
         mconf.embd_pdrop = mconf.resid_pdrop = mconf.attn_pdrop = args.dropout
     return mconf
-
-
-def random_states(device):
-    """The random states now (a CPU preset's smaller model is drawn from them: cpu_recipe)."""
-    return devices.random_states(device)
 
 
 def stage_of(args, function):

@@ -1,30 +1,29 @@
-"""Handout file: the starter's trainer.py (names, results fixed: tests/test_fast_paths.py).
-
-Simple training loop; Boilerplate that could apply to any arbitrary neural network,
-so nothing in this file really has anything to do with GPT specifically.
-
-Step for step the starter's loop (tested against it written out), faster at the same results:
-padding columns trimmed, a CPU computing only what the loss needs, losses read back in groups.
-What fits a run to a machine or makes it safe attaches at named points, as minGPT's later
-trainer attaches callbacks (on_train_start, on_step_end, on_epoch_end, on_train_end; extras.py).
+# [engine] Handout file: the starter's trainer.py (names, results fixed: tests/test_fast_paths.py).
+# [engine] Trainer.train runs the engine's loop (engine/loop.py: the same steps, faster at the
+# [engine] same results, resumable, fitted to the machine) unless TrainerConfig.engine is False;
+# [engine] then it runs the starter's own loop below, as a student's copy would.
 """
-import logging
+A plain training loop, after Andrej Karpathy's minGPT: nothing in this file is specific to
+GPT; any model that returns (logits, loss) trains with it.
+"""
+
 import math
-import time
+import logging
+
+from tqdm import tqdm
+import numpy as np
 
 import torch
+import torch.optim as optim
+from torch.optim.lr_scheduler import LambdaLR  # noqa: F401 (the starter imports it)
+from torch.utils.data.dataloader import DataLoader
 
-from engine import cpu_load, distributed, extras, graphs, plan as planning
-from engine.batches import (Batches, batch_indices, collate, steps_per_epoch, to_device,
-                            trim_padding, workers_for)
-from engine.budget import Schedule, cosine_progress
-from engine.common import save_state_dict
-from engine.devices import autocast as autocast_for
-from engine.progress import LossNotFinite, Progress  # noqa: F401 (run.py: trainer.LossNotFinite)
-from engine.weight_decay import matmul_groups
+from engine import loop  # [engine]
+# [engine] the loop's parts under the names the scripts and tests know them by
+from engine.loop import lr_multiplier, make_optimizer, optimizer_groups, train_step  # [engine]  # noqa: F401
+from engine.progress import LossNotFinite, Progress  # [engine]  # noqa: F401
 
 logger = logging.getLogger(__name__)
-
 
 class TrainerConfig:
     # optimization parameters
@@ -33,190 +32,146 @@ class TrainerConfig:
     learning_rate = 3e-4
     betas = (0.9, 0.95)
     grad_norm_clip = 1.0
-    weight_decay = 0.1  # only applied on matmul weights
-    # (whatever the comment above says, the starter decays by name: optimizer_groups; the CPU
-    # presets keep minGPT's 'matmul' rule and a shuffle, with which they were tuned)
-    decay_rule, shuffle = 'names', False
+    weight_decay = 0.1 # only applied on matmul weights
     # learning rate decay params: linear warmup followed by cosine decay to 10% of original
     lr_decay = False
-    warmup_tokens = 375e6  # these default values are for GPT-1, but for our purposes they are overwritten by run.py
-    final_tokens = 260e9  # (at what point we reach 10% of original LR)
+    warmup_tokens = 375e6 # these two numbers come from the GPT-3 paper, but may not be good defaults elsewhere
+    final_tokens = 260e9 # (at what point we reach 10% of original LR)
     # checkpoint settings
     ckpt_path = None
-    num_workers = 0  # for DataLoader (worker processes on a GPU)
-    cpu_workers = 0  # worker processes on a CPU too (they take cores from the model: off unless asked)
-    writer = None
-    # Not in the handout: how the steps run (device, precision, compile, padding, log reads),
-    # resume (resume_path every checkpoint_every epochs, checkpoint_seconds apart), the time
-    # budget (engine/budget.py: seconds from start_time, and what may grow or follow), threads
-    # (follow_load), runs measured under load (under_load: presets.py), decay_share (CPU recipes)
-    device, compile = 'cpu', False
-    precision = 'fp32'  # 'fp32', 'tf32' (GPU), 'bf16' (autocast), 'auto' (measured: engine/plan.py)
-    path_cache = None  # where 'auto' remembers its measured choices (a JSON file), or None
-    pad_multiple = 8  # trimmed lengths are rounded up to this (fewer shapes for compile/kernels)
-    pack_multiple, pack_groups = 0, 1  # a GPU's packed positions and groups: fastpath.layout
-    log_every = 1  # read losses back every N steps (a GPU sync); tensorboard still gets every step
-    resume_path, resume, checkpoint_every, checkpoint_seconds = None, False, 0, 0
-    time_budget, start_time, budget_may_grow, budget_after = None, None, False, 0
-    follow_load, under_load, decay_share, smaller = False, None, None, None
+    num_workers = 0 # for DataLoader
+    writer = None  # [2022-23 2024-25]
+    # [engine] The engine's settings. engine: its loop (False: the starter's below). The starter
+    # [engine] decays by name whatever the comment above says (optimizer_groups); the CPU presets
+    # [engine] keep minGPT's 'matmul' rule and a shuffle, with which they were tuned.
+    engine = True  # [engine]
+    decay_rule, shuffle = 'names', False  # [engine]
+    cpu_workers = 0  # [engine] DataLoader worker processes on a CPU too (they take its cores)
+    # [engine] How the steps run (device, precision, compile, padding, log reads), resume
+    # [engine] (resume_path every checkpoint_every epochs, checkpoint_seconds apart), the time
+    # [engine] budget (engine/budget.py: seconds from start_time, and what may grow or follow),
+    # [engine] threads (follow_load), runs under load (under_load), decay_share (CPU recipes).
+    device, compile = 'cpu', False  # [engine]
+    precision = 'fp32'  # [engine] 'fp32', 'tf32' (GPU), 'bf16' (autocast), 'auto' (engine/plan.py)
+    path_cache = None  # [engine] where 'auto' remembers its measured choices (a JSON file)
+    pad_multiple = 8  # [engine] trimmed lengths rounded up to this (fewer shapes to compile)
+    pack_multiple, pack_groups = 0, 1  # [engine] a GPU's packed positions: fastpath.layout
+    log_every = 1  # [engine] read losses back every N steps (a GPU sync); tensorboard gets all
+    resume_path, resume, checkpoint_every, checkpoint_seconds = None, False, 0, 0  # [engine]
+    time_budget, start_time, budget_may_grow, budget_after = None, None, False, 0  # [engine]
+    follow_load, under_load, decay_share, smaller = False, None, None, None  # [engine]
 
     def __init__(self, **kwargs):
-        for k, v in kwargs.items():
+        for k,v in kwargs.items():
             setattr(self, k, v)
-
-
-def lr_multiplier(tokens, plan):
-    """The handout's schedule: linear warmup over warmup_tokens, then cosine down to a floor of
-    10% at final_tokens; `tokens` counts every target position, padding included. `plan`: the
-    run's budget.Schedule, or a TrainerConfig (the schedule it asks for)."""
-    if tokens < plan.warmup_tokens:
-        return float(tokens) / float(max(1, plan.warmup_tokens))
-    progress = cosine_progress(tokens, plan)
-    return max(0.1, 0.5 * (1.0 + math.cos(math.pi * progress)))
-
-
-def optimizer_groups(model, weight_decay, rule='names'):
-    """AdamW's two groups, decayed and not. 'names', the handout's trainer: every parameter is
-    decayed unless its name contains "bias" or "LayerNorm.weight" (this model has no such name:
-    only its biases escape). 'matmul': minGPT's rule, which the CPU presets train with
-    (weight_decay.matmul_groups)."""
-    if rule == 'matmul':
-        return matmul_groups(model, weight_decay)
-    if rule != 'names':
-        raise ValueError(f"optimizer_groups: rule must be 'names' or 'matmul', not {rule!r}")
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        escapes = 'bias' in name or 'LayerNorm.weight' in name
-        (no_decay if escapes else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay},
-            {"params": no_decay, "weight_decay": 0.0}]
-
-
-def make_optimizer(model, config, lr):
-    groups = optimizer_groups(model, config.weight_decay, config.decay_rule)
-    return torch.optim.AdamW(groups, lr=lr, betas=config.betas, fused='cuda' in str(config.device))
-
-
-def train_step(model, optimizer, autocast, x, y, config, device):
-    """One optimizer step on a global batch; returns the batch's mean loss (a device tensor)."""
-    weight = None
-    if distributed.active():  # this rank's rows, its loss weighted by its share of the targets
-        x, y, weight = distributed.shard(x, y, device)
-    x, y, packed = to_device(x, y, device, config)  # padding columns trimmed
-    with autocast:  # (only what the loss needs: a CPU's way, or `packed` positions)
-        _, loss = model(x, y, loss_only=True, packed=packed)
-    if weight is not None:
-        loss = loss * weight
-    model.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_norm_clip)
-    optimizer.step()
-
-    loss = loss.detach()
-    if weight is not None:
-        loss = distributed.global_loss(loss)
-    return loss
-
 
 class Trainer:
 
-    def __init__(self, model, train_dataset, test_dataset, config, plan=None, clock=None,
-                 cpu_times=None):
-        # plan: the machine measured before the Trainer (engine/plan.py; made in train() if None);
-        # clock, cpu_times: what the extras read for time and the machine's load (tests: theirs)
+    #[2021-22 2022-23 2024-25] def __init__(self, model, train_dataset, test_dataset, config):
+    def __init__(self, model, train_dataset, test_dataset, config, plan=None, clock=None, cpu_times=None):  # [engine]
         self.model = model
         self.train_dataset = train_dataset
         self.test_dataset = test_dataset
         self.config = config
-        self.device = torch.device(config.device)
-        self.model = self.model.to(self.device)
-        self.tokens = self.step = 0
-        self.distributed, self.rank = distributed.active(), distributed.rank()
-        self.clock, self.cpu_times = clock or time.time, cpu_times or cpu_load.cpu_times
-        self.plan = plan
-        self.callbacks = extras.for_trainer(self)  # what attaches at the loop's named points
+
+        if config.engine:  # [engine] config.device; the extras (plan, clock, load: loop.attach)
+            loop.attach(self, plan, clock, cpu_times)
+        else:  # [starter]
+            # take over whatever gpus are on the system
+            self.device = 'cpu'
+            if torch.cuda.is_available():
+                self.device = torch.cuda.current_device()
+                self.model = torch.nn.DataParallel(self.model).to(self.device)
+            elif torch.backends.mps.is_available() and not self.model.rope:  # [2024-25]
+                self.device = 'mps'
+                self.model = self.model.to(self.device)
 
     def save_checkpoint(self):
-        if self.config.ckpt_path is not None and self.rank == 0:
-            save_state_dict(self.model, self.config.ckpt_path)
-
-    def call(self, point, *args):
-        """Ask every extra that acts at `point`; True when one of them asks to stop."""
-        answers = [getattr(c, point)(self, *args) for c in self.callbacks if hasattr(c, point)]
-        return any(answers)
+        if self.config.ckpt_path is not None:
+            ckpt_model = self.model.module if hasattr(self.model, "module") else self.model
+            logger.info("saving %s", self.config.ckpt_path)
+            if self.config.engine:  # [engine] written whole or not at all, by one process
+                loop.save(self, ckpt_model)
+            else:  # [starter]
+                torch.save(ckpt_model.state_dict(), self.config.ckpt_path)
 
     def train(self):
-        config = self.config
-        if self.plan is None:  # (a CPU preset's plan may train its slow machine's model instead)
-            self.plan, self.model = planning.make(self.model, self.train_dataset, config,
-                                                  train_step, make_optimizer, self.clock,
-                                                  self.cpu_times, smaller=config.smaller)
-        model = self.wrapped_model()
-        self.optimizer = optimizer = make_optimizer(self.model, config, config.learning_rate)
-        self.generator = torch.Generator().manual_seed(torch.initial_seed())
-        self.schedule, self.precision = Schedule(config), self.plan.precision
-        self.batches = Batches(self.train_dataset, workers_for(config, self.device),
-                               config.batch_size, config.shuffle)
-        self.steps_per_epoch = steps_per_epoch(len(self.train_dataset), config.batch_size)
-        self.epochs_trained = self.start_epoch = self.start_it = 0
-        one_step = graphs.steps(config, train_step)  # train_step, or its CUDA-graph replays
-        self.progress = Progress(config.log_every, config.writer if self.rank == 0 else None,
-                                 disable=self.rank != 0, lag=self.device.type == 'cuda')
-        try:
-            self.call('on_train_start')  # the plan's threads and epochs; resume
-            autocast = autocast_for(self.device, self.precision)
-            self.progress.start(self.steps_per_epoch * self.schedule.max_epochs, self.step, self.tokens)
+        if self.config.engine:  # [engine]
+            return loop.train(self)
+        model, config = self.model, self.config
 
-            model.train()
-            epoch = self.start_epoch
-            while epoch < self.schedule.max_epochs:  # (a time budget may re-plan it as it goes)
-                self.epoch_start_state = self.generator.get_state()
-                batches = self.batches.draw(self.generator)  # (dataset indices, seed) each
-                skip = self.start_it if epoch == self.start_epoch else 0
-                for it, (x, y) in enumerate(self.batches.epoch(batches[skip:], self.generator), start=skip):
-                    self.tokens += y.numel()  # the handout's (y >= 0).sum(): padding too
-                    loss = one_step(model, optimizer, autocast, x, y, config, self.device)
+        # create the optimizer
+        no_decay = ["bias", "LayerNorm.weight"]
+        params_decay = [p for n, p in model.named_parameters() if not any(nd in n for nd in no_decay)]
+        params_nodecay = [p for n, p in model.named_parameters() if any(nd in n for nd in no_decay)]
+        optim_groups = [
+            {"params": params_decay, "weight_decay": config.weight_decay},
+            {"params": params_nodecay, "weight_decay": 0.0},
+        ]
+        optimizer = optim.AdamW(optim_groups, lr=config.learning_rate, betas=config.betas)
+        step = 0  # [2022-23 2024-25]
+        def run_epoch(split):
+            nonlocal step  # [2022-23 2024-25]
+            is_train = split == 'train'
+            model.train(is_train)
+            data = self.train_dataset if is_train else self.test_dataset
+            loader = DataLoader(data, batch_size=config.batch_size, num_workers=config.num_workers)
 
-                    # decay the learning rate based on our progress (after the step, as the handout)
+            losses = []
+            pbar = tqdm(enumerate(loader), total=len(loader)) if is_train else enumerate(loader)
+
+            for it, (x, y) in pbar:
+
+                # place data on the correct device
+                x = x.to(self.device)
+                y = y.to(self.device)
+
+                # forward the model
+                with torch.set_grad_enabled(is_train):
+                    logits, loss = model(x, y)
+                    loss = loss.mean() # collapse all losses if they are scattered on multiple gpus
+                    losses.append(loss.item())
+
+                if is_train:
+
+                    # backprop and update the parameters
+                    model.zero_grad()
+                    loss.backward()
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_norm_clip)
+                    optimizer.step()
+
+                    # decay the learning rate based on our progress
                     if config.lr_decay:
-                        lr = config.learning_rate * lr_multiplier(self.tokens, self.schedule)
+                        self.tokens += (y >= 0).sum() # number of tokens processed this step (i.e. label is not -100)
+                        if self.tokens < config.warmup_tokens:
+                            # linear warmup
+                            lr_mult = float(self.tokens) / float(max(1, config.warmup_tokens))
+                        else:
+                            # cosine learning rate decay
+                            progress = float(self.tokens - config.warmup_tokens) / float(max(1, config.final_tokens - config.warmup_tokens))
+                            lr_mult = max(0.1, 0.5 * (1.0 + math.cos(math.pi * progress)))
+                        lr = config.learning_rate * lr_mult
                         for param_group in optimizer.param_groups:
                             param_group['lr'] = lr
                     else:
                         lr = config.learning_rate
 
-                    self.progress.log(self.step, loss, lr, epoch, it, self.tokens)
-                    self.step += 1
-                    self.call('on_step_end', epoch, it)  # a stop request: checkpoint, interrupt
-                self.progress.epoch_end(self.tokens, saving=config.ckpt_path is not None)
-                if self.test_dataset is not None:
-                    self.evaluate_loss(self.test_dataset, autocast)
-                    model.train()
-                self.save_checkpoint()
-                self.epochs_trained = epoch + 1
-                if self.call('on_epoch_end', epoch):  # budget re-plan or stop; periodic checkpoint
-                    break
-                epoch += 1
-        finally:
-            self.progress.close(self.tokens)
-            self.batches.close()  # the workers stop (what they built ahead is dropped)
-            self.call('on_train_end')
-            self.wrapped = self.plan.wrapped = None  # (a DDP wrapper holds the process group)
+                    # report progress
+                    pbar.set_description(f"epoch {epoch+1} iter {it}: train loss {loss.item():.5f}. lr {lr:e}")
 
-    def wrapped_model(self):
-        """The model the steps call: DDP-wrapped under torchrun, compiled when asked (the plan's)."""
-        self.wrapped = self.plan.wrapped if self.plan.wrapped is not None else \
-            distributed.wrapped(self.model, self.device, self.config.compile)
-        return self.wrapped
+                    if config.writer is not None:  # [2022-23 2024-25]
+                        config.writer.add_scalar('train/loss',  loss.item(), step)
+                        config.writer.add_scalar('train/lr', lr, step)
 
-    @torch.no_grad()
-    def evaluate_loss(self, dataset, autocast):
-        self.model.eval()
-        losses = []
-        generator = torch.Generator().manual_seed(0)
-        for batch in batch_indices(len(dataset), self.config.batch_size, generator):
-            x, y = trim_padding(*collate(dataset, *batch))
-            with autocast:
-                _, loss = self.model(x.to(self.device), y.to(self.device))
-            losses.append(float(loss))
-        print("test loss: %f" % (sum(losses) / max(1, len(losses))))
+                step += 1  # [2022-23 2024-25]
+            if not is_train:
+                logger.info("test loss: %f", np.mean(losses))
+
+        self.tokens = 0 # counter used for learning rate decay
+        for epoch in range(config.max_epochs):
+
+            run_epoch('train')
+            if self.test_dataset is not None:
+                run_epoch('test')
+
+            self.save_checkpoint()

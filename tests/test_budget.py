@@ -12,7 +12,7 @@ import re
 import pytest
 import torch
 
-from engine import common
+from engine import common, loop
 from engine import measure
 from engine import plan as planning
 from conftest import REPO
@@ -69,7 +69,7 @@ def slow_steps(monkeypatch, seconds):
         clock.now += seconds(len(taken)) if callable(seconds) else seconds
         taken.append(1)
         return real_step(*args)
-    monkeypatch.setattr(trainer, 'train_step', slow_step)
+    monkeypatch.setattr(loop, 'train_step', slow_step)
     return clock
 
 

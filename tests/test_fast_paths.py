@@ -575,6 +575,32 @@ def assert_same_run(got, want, fast, plain, tolerance):
         torch.testing.assert_close(b, a, atol=1e-4, rtol=1e-3, msg=key)
 
 
+@pytest.mark.parametrize('name', ['vanilla', 'rope'])
+def test_the_starters_own_loop_in_trainer_py_matches_the_engines(data, name, tmp_path):
+    """trainer.py holds the starter's loop (TrainerConfig(engine=False): its DataLoader, its
+    optimizer groups, its schedule, torch.save of the checkpoint), which a student's copy runs;
+    the engine's loop (the default) gives its losses and weights within float noise, finetuning
+    (a dataset with no random draws), dropout 0, the handout's schedule."""
+    pre, names = data
+    runs = {}
+    for engine in (False, True):
+        utils.set_seed(5)
+        gpt = tiny(pre.vocab_size, VARIANTS[name], fast=engine,
+                   skip_padding=engine, dropout=0.0)
+        log = LossLog()
+        conf = trainer.TrainerConfig(max_epochs=3, batch_size=4, learning_rate=3e-3,
+                                     lr_decay=True, warmup_tokens=200, final_tokens=2000,
+                                     writer=log, engine=engine,
+                                     ckpt_path=str(tmp_path / f'{engine}.params'))
+        trainer.Trainer(gpt, names, None, conf).train()
+        runs[engine] = log.values, gpt
+    (want, plain), (got, fast) = runs[False], runs[True]
+    assert len(want) == len(got) == 6 and want[-1] < want[0]
+    assert_same_run(got, want, fast, plain, tolerance=1e-4)
+    saved = torch.load(tmp_path / 'False.params', weights_only=True)
+    assert all(torch.equal(saved[k], v) for k, v in plain.state_dict().items())
+
+
 @pytest.mark.parametrize('name', VARIANTS)
 def test_fast_training_matches_the_plain_loop(data, name, device):
     assert_same_run(*fast_and_plain(data, name, device=device), tolerance=1e-4)

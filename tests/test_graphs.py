@@ -13,7 +13,7 @@ from torch.utils.data import Subset
 import trainer
 import utils
 from conftest import LossLog
-from engine import batches, fastpath, graphs
+from engine import batches, fastpath, graphs, loop
 from test_fast_paths import (VARIANTS, assert_same_run, data, fast_and_plain,  # noqa: F401
                              packed_sizes_seen, tiny)
 from test_schedule import name_data  # noqa: F401 (a fixture)
@@ -163,7 +163,7 @@ def test_a_budget_plans_at_the_pace_of_recorded_steps(name_data, monkeypatch, ca
     def step(*args):
         clock.now += 0.01 if replaying else 0.1
         return real(*args)
-    monkeypatch.setattr(trainer, 'train_step', step)
+    monkeypatch.setattr(loop, 'train_step', step)
     made = []
     monkeypatch.setattr(graphs, 'CudaGraphs', lambda: made.append(TimedReplays()) or made[-1])
     budgeted_run(name_data, 1.0, max_epochs=100, clock=clock, compile='graphs')

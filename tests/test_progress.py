@@ -64,9 +64,10 @@ def test_a_checkpoint_is_never_written_after_a_loss_not_read(tmp_path, monkeypat
     import dataset
     import model
     import trainer
+    from engine import loop
     import utils
     from engine import progress
-    monkeypatch.setattr(trainer, 'Progress', lambda *a, **k: progress.Progress(
+    monkeypatch.setattr(loop, 'Progress', lambda *a, **k: progress.Progress(
         *a, **dict(k, lag=True)))
     real_step, steps = trainer.train_step, []
 
@@ -74,7 +75,7 @@ def test_a_checkpoint_is_never_written_after_a_loss_not_read(tmp_path, monkeypat
         steps.append(len(steps))
         loss = real_step(*args)
         return loss * float('nan') if len(steps) == 2 else loss  # epoch 1's last step
-    monkeypatch.setattr(trainer, 'train_step', step)
+    monkeypatch.setattr(loop, 'train_step', step)
     utils.set_seed(0)
     data = dataset.CharCorruptionDataset('\n'.join(f'line {i} of a corpus' for i in range(12)), 32)
     gpt = model.GPT(model.GPTConfig(data.vocab_size, 32, n_layer=1, n_head=2, n_embd=16))

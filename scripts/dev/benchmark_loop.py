@@ -34,7 +34,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(REPO, 'src'))
 import torch  # noqa: E402
 
-from engine import batches, inputs, presets, progress  # noqa: E402
+from engine import batches, inputs, loop, presets, progress  # noqa: E402
 import dataset  # noqa: E402
 from engine.cpu_paths import cpu_model  # noqa: E402
 from engine.datafiles import resolve  # noqa: E402
@@ -86,15 +86,15 @@ MODES = {  # name -> (Batches.across, Batches.as_bytes, the log's lag)
 @contextlib.contextmanager
 def switched(mode):
     """Batches' switches and the trainer's log (its lag) set for `mode` inside, put back after."""
-    was = batches.Batches.across, batches.Batches.as_bytes, trainer.Progress
+    was = batches.Batches.across, batches.Batches.as_bytes, loop.Progress
     batches.Batches.across, batches.Batches.as_bytes, lag = MODES[mode]
     # (the trainer asks for the lag on a GPU only; the stand-in device runs beside a CPU trainer)
-    trainer.Progress = lambda *args, lag_=lag, **kwargs: progress.Progress(
+    loop.Progress = lambda *args, lag_=lag, **kwargs: progress.Progress(
         *args, **dict(kwargs, lag=lag_))
     try:
         yield
     finally:
-        batches.Batches.across, batches.Batches.as_bytes, trainer.Progress = was
+        batches.Batches.across, batches.Batches.as_bytes, loop.Progress = was
 
 
 def measure(data, workers, mode, epochs, step_s, launch_s):
@@ -110,14 +110,14 @@ def measure(data, workers, mode, epochs, step_s, launch_s):
         steps_seen.append(len(steps_seen))
         return torch.zeros(())
 
-    real_flush, real_step = progress.Progress.flush, trainer.train_step
+    real_flush, real_step = progress.Progress.flush, loop.train_step
 
     def flush(self, tokens, keep=0):
         if len(self.pending) > keep:  # reading the losses back waits for their steps
             device.wait(self.pending[len(self.pending) - keep - 1][0])
         return real_flush(self, tokens, keep)
 
-    progress.Progress.flush, trainer.train_step = flush, stand_in
+    progress.Progress.flush, loop.train_step = flush, stand_in
     try:
         config = trainer.TrainerConfig(max_epochs=epochs, batch_size=128, learning_rate=6e-4,
                                        lr_decay=True, warmup_tokens=512 * 20,
@@ -128,7 +128,7 @@ def measure(data, workers, mode, epochs, step_s, launch_s):
             trainer.Trainer(model, data, None, config, plan=Plan(precision='fp32')).train()
         device.wait()
     finally:
-        progress.Progress.flush, trainer.train_step = real_flush, real_step
+        progress.Progress.flush, loop.train_step = real_flush, real_step
     per_epoch = batches.steps_per_epoch(len(data), 128)
     idle = device.idle[per_epoch:]  # the first epoch's wait for the workers' start-up left out
     at_starts = [s for step, s in idle if step % per_epoch == 0]

@@ -8,7 +8,7 @@ returns (`utils.sample(model, x, steps, sample=False)` for each prompt), only fa
   row computes what it would compute alone;
 - every layer keeps its keys and values (KVCache), so a step runs the one new position of each
   row. This holds for the perceiver too: its bottleneck slot j only sees inputs 0..j, so the
-  slots a position needs are computed once and kept (see GPT.forward);
+  slots a position needs are computed once and kept (see fastmodel.transformer);
 - a row is done once it holds `stop_count` stop characters: nothing after that can change the
   text the evaluation keeps (between the first and the second ⁇). Done rows leave the batch,
   and decoding ends when all rows are done.
@@ -22,6 +22,7 @@ from collections import defaultdict
 import torch
 from torch.nn import functional as F
 
+from engine.fastmodel import transformer
 from engine.fastpath import KVCache, Packing
 
 
@@ -60,7 +61,7 @@ def _decode_cached(model, prompts, steps, stop_id, stop_count, device, trim):
     # get zeros past a row's prompt, overwritten by its next tokens before any query sees them).
     # Only each row's last position needs logits.
     packing = Packing.of_lengths(lengths, P)
-    x = model.transformer(packing.pack(seqs[:, :P]), packing=packing, caches=caches)
+    x = transformer(model, packing.pack(seqs[:, :P]), packing=packing, caches=caches)
     logits = model.head(model.ln_f(x[lengths.cumsum(0) - 1]))
     rows = torch.arange(B, device=device)  # the rows still decoding (indices into seqs)
     pos = lengths.clone()  # where each of those rows puts its next token

@@ -119,7 +119,7 @@ def wrapped(model, device, compile=False):
             model, device_ids=[device.index] if device.type == 'cuda' else None,
             broadcast_buffers=False)
     if compile and compile != 'graphs':  # (graphs: engine/graphs.py records the whole step)
-        # On a CPU, model.packed_loss packs each batch to its own number of positions: a graph
+        # On a CPU, fastmodel.packed_loss packs each batch to its own number of positions: a graph
         # for any size, or it would recompile for every new size.
         graphs = compile == 'reduce-overhead'
         model = torch.compile(model, dynamic=True if device.type == 'cpu' else None,

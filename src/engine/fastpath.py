@@ -157,7 +157,7 @@ class Packing:
 
 
 def loss_groups(idx, targets, packed=None, groups=4):
-    """The groups GPT.packed_loss computes a training batch in, (Packing, idx, targets) each.
+    """The groups fastmodel.packed_loss computes a training batch in, (Packing, idx, targets) each.
 
     On a CPU the rows are sorted by kept_lengths and taken in `groups` groups: the
     position-wise layers run on a group's kept positions only, its attention on the group's

@@ -185,7 +185,7 @@ def main(argv=None):  # [wrapper]
                                                        questions=dataset.NameDataset)
             trainer_obj = trainer.Trainer(model, pretrain_dataset, None, tconf)
             trainer_obj.train()
-            command.save_params(trainer_obj.model, args, trainer_obj)  # [engine] whole or not at all
+            command.save_params(args, trainer_obj.run)  # [engine] whole or not at all, its record
             #[2021-22 2022-23 2024-25] torch.save(model.state_dict(), args.writing_params_path)
             ### END YOUR CODE ###
         elif args.function == 'finetune':
@@ -243,7 +243,7 @@ def main(argv=None):  # [wrapper]
                                                        tconf, device, writer, pretrain_dataset)
             trainer_obj = trainer.Trainer(model, finetune_dataset, None, tconf)
             trainer_obj.train()
-            command.save_params(trainer_obj.model, args, trainer_obj)  # [engine] whole or not at all
+            command.save_params(args, trainer_obj.run)  # [engine] whole or not at all, its record
             #[2021-22 2022-23 2024-25] torch.save(model.state_dict(), args.writing_params_path)
             ### END YOUR CODE ###
         elif args.function == 'evaluate':

@@ -74,8 +74,10 @@ class Trainer:
         self.test_dataset = test_dataset
         self.config = config
 
-        if config.engine:  # [engine] config.device; the extras (plan, clock, load: loop.attach)
-            loop.attach(self, plan, clock, cpu_times)
+        if config.engine:  # [engine] the run's state, on config.device: what the engine shares
+            self.run = loop.Run(model, train_dataset, test_dataset, config, self.save_checkpoint,
+                                plan, clock, cpu_times)
+            self.device, self.model = self.run.device, self.run.model
         else:  # [starter]
             # take over whatever gpus are on the system
             self.device = 'cpu'
@@ -91,13 +93,13 @@ class Trainer:
             ckpt_model = self.model.module if hasattr(self.model, "module") else self.model
             logger.info("saving %s", self.config.ckpt_path)
             if self.config.engine:  # [engine] written whole or not at all, by one process
-                loop.save(self, ckpt_model)
+                loop.save(self.run, ckpt_model)
             else:  # [starter]
                 torch.save(ckpt_model.state_dict(), self.config.ckpt_path)
 
     def train(self):
         if self.config.engine:  # [engine]
-            return loop.train(self)
+            return loop.train(self.run)
         model, config = self.model, self.config
 
         # create the optimizer

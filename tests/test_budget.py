@@ -53,7 +53,7 @@ def test_a_budget_that_fits_every_epoch_changes_nothing(name_data, capsys):
     _, want, want_lrs = budgeted_run(name_data, None)
     t, got, lrs = budgeted_run(name_data, 600)
     assert 'time budget 10 min: 4 epochs of 3 steps' in capsys.readouterr().out
-    assert t.schedule.max_epochs == 4 and t.tokens == 4 * 20 * 127 and lrs == want_lrs
+    assert t.run.schedule.max_epochs == 4 and t.run.tokens == 4 * 20 * 127 and lrs == want_lrs
     assert all(torch.equal(got[k], want[k]) for k in want)
 
 
@@ -80,7 +80,7 @@ def test_a_budget_too_small_for_one_epoch(name_data, monkeypatch, capsys):
     with pytest.raises(common.UsageError, match='--time_budget 0.0025 min is too small for one epoch'):
         budgeted_run(name_data, 0.15, clock=clock)
     t, _, lrs = budgeted_run(name_data, 0.15, budget_may_grow=True, clock=clock)
-    assert t.schedule.max_epochs == 1 and len(lrs) == 3
+    assert t.run.schedule.max_epochs == 1 and len(lrs) == 3
     assert ("warning: the time budget of 0.0025 min is too small for one epoch"
             in capsys.readouterr().out)
 
@@ -94,13 +94,13 @@ def test_a_budget_that_binds_compresses_the_schedule(name_data, monkeypatch, cap
     t, _, lrs = budgeted_run(name_data, 1.5, max_epochs=50, clock=clock)
     took = clock() - start
     out = capsys.readouterr().out
-    epochs = t.schedule.max_epochs
+    epochs = t.run.schedule.max_epochs
     # 2 untimed + 3 timed steps (then the measuring passed 2% of the budget): 0.25 s; an epoch
     # is 0.15 s, and int(0.95 * 1.25 / 0.15) = 7 epochs fit, which the first epoch confirms
     assert epochs == 7, out
     planned = int(re.search(r'time budget 0.025 min: (\d+) epochs of 3 steps', out).group(1))
     assert planned == epochs or f': {epochs} epochs instead of {planned}' in out  # (a re-plan)
-    assert t.schedule.final_tokens == pytest.approx(50 * 20 * 127 * epochs / 50)
+    assert t.run.schedule.final_tokens == pytest.approx(50 * 20 * 127 * epochs / 50)
     assert len(lrs) == 3 * epochs and lrs[-1] == pytest.approx(1e-4)
     # the cosine reaches its floor (80% of the way) near the end, not long before
     assert lrs[int(0.7 * len(lrs)) - 1] > 1.5e-4
@@ -118,13 +118,13 @@ def test_the_first_epoch_corrects_a_misleading_measurement(name_data, monkeypatc
     t, _, lrs = budgeted_run(name_data, 4, max_epochs=50, start_time=start, clock=clock)
     took = clock() - start
     out = capsys.readouterr().out
-    epochs = t.schedule.max_epochs
+    epochs = t.run.schedule.max_epochs
     assert 'time budget 0.0666667 min: 50 epochs of 3 steps' in out
     # the first epoch took 0.3 s: 1 + int(0.95 * 3.7 / 0.3) = 12 epochs, 3.6 s
     assert f': {epochs} epochs instead of 50' in out and epochs == 12, out
     assert 'stopping after epoch' not in out
     # the rest of the cosine laid over the 12 epochs from where it stood after the first
-    assert t.schedule.relaid is not None and t.schedule.relaid[0] == 20 * 127  # one epoch's tokens
+    assert t.run.schedule.relaid is not None and t.run.schedule.relaid[0] == 20 * 127  # one epoch's tokens
     assert len(lrs) == 3 * epochs and lrs[-1] == pytest.approx(1e-4)
     assert all(b <= a + 1e-12 for a, b in zip(lrs[1:], lrs[2:]))  # no jump up after the warmup
     assert took == pytest.approx(12 * 0.3) and took < 4
@@ -139,14 +139,14 @@ def test_the_checkpoint_after_a_re_plan_holds_the_new_plan(name_data, monkeypatc
     saved = []
     real_save = checkpoint.Resumable.save
 
-    def save(self, t, *args):
-        saved.append((t.schedule.max_epochs, t.schedule.final_tokens))
-        return real_save(self, t, *args)
+    def save(self, run, *args):
+        saved.append((run.schedule.max_epochs, run.schedule.final_tokens))
+        return real_save(self, run, *args)
     monkeypatch.setattr(checkpoint.Resumable, 'save', save)
     t, _, _ = budgeted_run(name_data, 4, max_epochs=50, start_time=clock(), clock=clock,
                            resume_path=str(tmp_path / 'run.ckpt'), checkpoint_every=1)
-    assert t.schedule.max_epochs == 12 and len(saved) == 11  # after every epoch but the last
-    assert set(saved) == {(12, t.schedule.final_tokens)}
+    assert t.run.schedule.max_epochs == 12 and len(saved) == 11  # after every epoch but the last
+    assert set(saved) == {(12, t.run.schedule.final_tokens)}
 
 
 def last_printed_epochs(out):
@@ -168,7 +168,7 @@ def test_a_pace_that_changes_mid_run_is_fitted_again_and_the_schedule_finishes(
     took = clock() - start
     out = capsys.readouterr().out
     planned = int(re.search(r'time budget 0.05 min: (\d+) epochs', out).group(1))
-    epochs = t.schedule.max_epochs
+    epochs = t.run.schedule.max_epochs
     assert (epochs < planned) if pace == 'slower' else (epochs > planned), out
     assert len(lrs) == 3 * epochs and last_printed_epochs(out) == epochs, out
     assert 'stopping after epoch' not in out
@@ -206,8 +206,8 @@ def test_a_resumed_budgeted_run_lays_its_schedule_over_the_epochs_it_trains(
     t, _, lrs = budgeted_run(name_data, 4, max_epochs=50, start_time=start, clock=clock,
                              resume_path=str(ckpt), resume=True)
     out = capsys.readouterr().out
-    assert 'time budget: after epoch 4' in out and t.schedule.max_epochs > 12, out
-    assert len(lrs) == 3 * (t.schedule.max_epochs - 3)
+    assert 'time budget: after epoch 4' in out and t.run.schedule.max_epochs > 12, out
+    assert len(lrs) == 3 * (t.run.schedule.max_epochs - 3)
     assert lrs[-1] == pytest.approx(1e-4)
 
 
@@ -224,7 +224,7 @@ def test_a_wavering_pace_leaves_the_plan_alone(name_data, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert 'time budget 0.1 min: 18 epochs' in out  # (6 - 0.3) // 0.3, in floats
     assert 'time budget: after epoch' not in out and 'stopping' not in out, out
-    assert t.schedule.max_epochs == 18 and len(lrs) == 3 * 18
+    assert t.run.schedule.max_epochs == 18 and len(lrs) == 3 * 18
     assert took <= 6 and lrs[-1] == pytest.approx(1e-4)
 
 
@@ -241,7 +241,7 @@ def test_one_more_epoch_that_surely_fits_near_the_end_is_trained(name_data, monk
     took = clock() - start
     out = capsys.readouterr().out
     assert 'time budget 0.1 min: 17 epochs' in out, out
-    assert t.schedule.max_epochs == 18 and last_printed_epochs(out) == 18, out
+    assert t.run.schedule.max_epochs == 18 and last_printed_epochs(out) == 18, out
     assert out.count('time budget: after epoch') == 1 and 'stopping' not in out, out
     assert 6 - 0.3 - 0.3 <= took <= 6 and len(lrs) == 3 * 18, (took, out)
     assert lrs[-1] == pytest.approx(1e-4)
@@ -265,7 +265,7 @@ def test_a_stray_slow_epoch_among_short_ones_leaves_the_plan_alone(name_data, mo
     late = [r for r in replans if int(r[2]) - int(r[0]) <= max(2, 0.05 * int(r[2]))]
     assert len(replans) - len(late) <= 2, out
     assert all(int(new) == int(old) + 1 for _, new, old in late), out
-    assert 'stopping' not in out and last_printed_epochs(out) == t.schedule.max_epochs, out
+    assert 'stopping' not in out and last_printed_epochs(out) == t.run.schedule.max_epochs, out
     assert 0.9 * 45 <= took <= 45 and lrs[-1] == pytest.approx(1e-4)
 
 
@@ -282,7 +282,7 @@ def test_the_first_step_s_one_off_cost_is_not_taken_for_the_pace(name_data, monk
     out = capsys.readouterr().out
     assert 'time budget 0.133333 min: 20 epochs' in out, out
     assert 'time budget: after epoch' not in out and 'stopping' not in out, out
-    assert t.schedule.max_epochs == 20 and len(lrs) == 3 * 20
+    assert t.run.schedule.max_epochs == 20 and len(lrs) == 3 * 20
     assert took == pytest.approx(1 + 20 * 0.3) and lrs[-1] == pytest.approx(1e-4)
 
 
@@ -292,13 +292,13 @@ def test_each_epochs_wall_seconds_are_kept_for_the_record(name_data, monkeypatch
     budget's pace leaves it out; and a checkpoint in the epoch that wrote it."""
     clock = slow_steps(monkeypatch, lambda n: 1.1 if n == 0 else 0.1)
     t, _, _ = budgeted_run(name_data, None, max_epochs=3, clock=clock)
-    assert t.epoch_walls == pytest.approx([1.3, 0.3, 0.3])
+    assert t.run.epoch_walls == pytest.approx([1.3, 0.3, 0.3])
     assert not hasattr(t, 'epoch_seconds')  # (no budget, no pace)
     monkeypatch.setattr(measure.StepTimer, 'times', lambda self, *a, **k: [0.1] * 3)
     clock = slow_steps(monkeypatch, lambda n: 1.1 if n == 0 else 0.1)  # (a first step again)
     t, _, _ = budgeted_run(name_data, 60, max_epochs=3, clock=clock)
-    assert t.epoch_walls == pytest.approx([1.3, 0.3, 0.3])
-    assert t.epoch_seconds == pytest.approx([0.3, 0.3, 0.3])  # (the pace: its other steps')
+    assert t.run.epoch_walls == pytest.approx([1.3, 0.3, 0.3])
+    assert t.run.epoch_seconds == pytest.approx([0.3, 0.3, 0.3])  # (the pace: its other steps')
     from engine import checkpoint
     real = checkpoint.Resumable.on_epoch_end
 
@@ -308,7 +308,7 @@ def test_each_epochs_wall_seconds_are_kept_for_the_record(name_data, monkeypatch
     monkeypatch.setattr(checkpoint.Resumable, 'on_epoch_end', slow_checkpoint)
     t, _, _ = budgeted_run(name_data, None, max_epochs=3, clock=clock,
                            resume_path=str(tmp_path / 'run.ckpt'), checkpoint_every=0)
-    assert t.epoch_walls == pytest.approx([0.3, 5.3, 0.3])
+    assert t.run.epoch_walls == pytest.approx([0.3, 5.3, 0.3])
 
 
 @pytest.mark.parametrize('step, epochs', [(0.1, 17), (0.2, 7)])
@@ -326,7 +326,7 @@ def test_a_budget_that_holds_what_follows_keeps_its_time_at_the_run_s_pace(
     took = clock() - start
     out = capsys.readouterr().out
     assert f"time budget 0.1 min (2 epochs' time of it kept for what follows): {epochs} epochs" in out
-    assert t.schedule.max_epochs == epochs and 'time budget: after epoch' not in out, out
+    assert t.run.schedule.max_epochs == epochs and 'time budget: after epoch' not in out, out
     epoch = 3 * step
     assert 6 - 0.06 - epoch < took + 2 * epoch <= 6 - 0.06 and lrs[-1] == pytest.approx(1e-4)
 
@@ -353,7 +353,7 @@ def test_recorded_paces_end_before_the_time_kept_for_what_follows(name_data, mon
                            budget_after=after)
     took = clock() - start
     out = capsys.readouterr().out
-    last = times[(t.schedule.max_epochs - 1) % len(times)]
+    last = times[(t.run.schedule.max_epochs - 1) % len(times)]
     left = budget - took - after * last
     assert 0.005 * budget <= left <= last + 0.01 * budget, (left, out)
 
@@ -418,7 +418,7 @@ def test_a_presets_budget_over_one_epoch_measures_nothing(name_data, epochs, may
     conf = trainer.TrainerConfig(max_epochs=epochs, batch_size=8, time_budget=60.0,
                                  budget_may_grow=may_grow)
     t = trainer.Trainer(tiny_gpt(vocab=len(name_data.stoi), n_layer=1), name_data, None, conf)
-    assert any(isinstance(c, budget.TimeBudget) for c in t.callbacks) is measured
+    assert any(isinstance(c, budget.TimeBudget) for c in t.run.callbacks) is measured
 
 
 def test_a_budgeted_pretraining_is_measured_once(name_data, monkeypatch, capsys):
@@ -443,7 +443,7 @@ def test_a_budgeted_pretraining_is_measured_once(name_data, monkeypatch, capsys)
     t.train()
     out = capsys.readouterr().out
     assert out.count('plan: ') == 1 and 'auto: ' not in out and 'time budget 17 min' in out, out
-    assert t.precision == 'fp32' and t.schedule.max_epochs == 2 and t.epochs_trained == 2
+    assert t.run.precision == 'fp32' and t.run.schedule.max_epochs == 2 and t.run.epochs_trained == 2
     assert json.loads(json.dumps(plan.record()))['epochs'] == 2
 
 

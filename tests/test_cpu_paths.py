@@ -76,16 +76,16 @@ def test_measured_choice_is_printed_remembered_and_changes_nothing_else(tmp_path
     line = next(line for line in out.splitlines() if line.startswith('plan: '))
     assert 'measured, median of 3 steps' in line and 'attention kernel' in line and 'attention math' in line
     (kernel,) = kernels(gpt)
-    assert kernel in (True, False) and t.precision in ('fp32', 'bf16')
+    assert kernel in (True, False) and t.run.precision in ('fp32', 'bf16')
     saved = json.loads(cache.read_text())
     [entry] = saved['choices'].values()
-    assert entry['choice'] == [t.precision, kernel]
+    assert entry['choice'] == [t.run.precision, kernel]
     assert set(entry['seconds']) == {cpu_paths.path_name(c) for c in cpu_paths.cpu_candidates(gpt)}
     # the next run of the same shape takes it from the cache, and trains exactly as a run that
     # was told that precision and path: the measuring steps were undone
     t2, gpt2 = run(cache)
     assert 'cached for this machine' in capsys.readouterr().out
-    _, told = run(cache, precision=t.precision, kernel=kernel)
+    _, told = run(cache, precision=t.run.precision, kernel=kernel)
     for k, v in told.state_dict().items():
         assert torch.equal(gpt.state_dict()[k], v) and torch.equal(gpt2.state_dict()[k], v), k
 
@@ -101,7 +101,7 @@ def test_the_fastest_candidate_is_kept(tmp_path, monkeypatch, capsys):
         return [fake[precision, kernel]] * timed
     monkeypatch.setattr(measure.StepTimer, 'times', timed)
     t, gpt = run(tmp_path / 'paths.json')
-    assert t.precision == 'bf16' and kernels(gpt) == {False}
+    assert t.run.precision == 'bf16' and kernels(gpt) == {False}
     assert 'plan: bf16 + attention math (measured' in capsys.readouterr().out
 
 
@@ -110,7 +110,7 @@ def test_attention_dropout_leaves_only_the_precision_to_choose(tmp_path, capsys)
     without bf16 nothing is left to measure."""
     t, gpt = run(tmp_path / 'paths.json', dropout=0.1)
     if not devices.cpu_has_bf16():
-        assert t.precision == 'fp32' and 'plan: ' not in capsys.readouterr().out
+        assert t.run.precision == 'fp32' and 'plan: ' not in capsys.readouterr().out
         assert not (tmp_path / 'paths.json').exists()
     assert kernels(gpt) == {None}
 
@@ -150,7 +150,7 @@ def test_a_choice_measured_on_a_busy_machine_is_used_but_not_remembered(tmp_path
     busy = Machine(others=0.5)  # another process held half the CPUs while the steps were timed
     fake_timings(monkeypatch, busy, KERNEL_FASTER)
     t, gpt = run(tmp_path / 'paths.json', machine=busy)
-    assert (t.precision, kernels(gpt)) == ('fp32', {True})
+    assert (t.run.precision, kernels(gpt)) == ('fp32', {True})
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith('plan: '))
     assert 'not remembered: other processes used 50% of the CPUs' in line
     assert not (tmp_path / 'paths.json').exists()
@@ -204,14 +204,14 @@ def test_a_run_of_one_epoch_times_nothing(tmp_path, monkeypatch, capsys):
     cache = tmp_path / 'paths.json'
     timed = fake_timings(monkeypatch, Machine(), KERNEL_FASTER)
     t, gpt = run(cache, epochs=1)
-    assert timed == [] and (t.precision, kernels(gpt)) == ('fp32', {True})
+    assert timed == [] and (t.run.precision, kernels(gpt)) == ('fp32', {True})
     assert 'plan: ' not in capsys.readouterr().out and not cache.exists()
     fake_timings(monkeypatch, Machine(), MATH_FASTER)
     run(cache)  # two epochs: measured, the math remembered
     capsys.readouterr()
     timed = fake_timings(monkeypatch, Machine(), MATH_FASTER)
     t, gpt = run(cache, epochs=1)
-    assert timed == [] and (t.precision, kernels(gpt)) == ('fp32', {False})
+    assert timed == [] and (t.run.precision, kernels(gpt)) == ('fp32', {False})
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith('plan: '))
     assert 'cached for this machine' in line and 'not timed for one epoch' in line
 
@@ -233,7 +233,7 @@ def test_a_busy_machine_starts_training_on_the_threads_it_leaves(tmp_path, monke
     assert '2 of 4 threads (other processes used 50% of the CPUs' in line
     assert timed == [('fp32', True), ('fp32', False)]  # the paths timed on the 2 threads
     assert threads[:2] == [4, 2] and threads[-1] == 4
-    assert t.plan.record()['threads'] == 2 and t.plan.record()['most_threads'] == 4
+    assert t.run.plan.record()['threads'] == 2 and t.run.plan.record()['most_threads'] == 4
     assert 'steps ran on fewer threads than 4' in out
 
 
@@ -337,7 +337,7 @@ def test_an_idle_machine_keeps_every_thread_and_says_nothing():
 ])
 def test_the_trainer_follows_the_load_when_asked(changes, follows):
     t = trainer.Trainer(torch.nn.Linear(2, 2), None, None, trainer.TrainerConfig(**changes))
-    assert any(isinstance(c, cpu_load.FollowLoad) for c in t.callbacks) is follows
+    assert any(isinstance(c, cpu_load.FollowLoad) for c in t.run.callbacks) is follows
 
 
 MEASURED = dict(source='results/x.md', runs={
@@ -384,6 +384,6 @@ def test_a_run_with_the_idle_runs_steps_says_its_load_without_a_cost():
 def test_the_end_line_is_for_cpu_runs_of_a_preset_that_measured_its_load():
     config = trainer.TrainerConfig(under_load=MEASURED)
     assert any(isinstance(c, cpu_load.SawLoad) for c in trainer.Trainer(
-        torch.nn.Linear(2, 2), None, None, config).callbacks)
+        torch.nn.Linear(2, 2), None, None, config).run.callbacks)
     assert not any(isinstance(c, cpu_load.SawLoad) for c in trainer.Trainer(
-        torch.nn.Linear(2, 2), None, None, trainer.TrainerConfig()).callbacks)
+        torch.nn.Linear(2, 2), None, None, trainer.TrainerConfig()).run.callbacks)

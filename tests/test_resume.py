@@ -438,11 +438,11 @@ def test_under_torchrun_ranks_agree_on_a_stop_only_where_losses_are_read_back(mo
     from engine import checkpoint
     agreed, saved = [], []
 
-    class Trainer:  # what Resumable reads of the trainer
+    class Run:  # what Resumable reads of the run
         distributed, device, rank, epoch_start_state = True, 'cpu', 0, None
         config = type('Config', (), {'log_every': 25, 'resume_path': 'x.ckpt'})()
         step = 0
-    t = Trainer()
+    t = Run()
 
     def agree(value, device, op):
         agreed.append(t.step)
@@ -488,9 +488,9 @@ def test_periodic_checkpoints_come_checkpoint_seconds_apart(tmp_path, monkeypatc
     conf = trainer.TrainerConfig(max_epochs=8, batch_size=len(data) // 2 + 1,
                                  resume_path=str(tmp_path / 'run.ckpt'), checkpoint_every=1,
                                  checkpoint_seconds=seconds)
-    run = trainer.Trainer(gpt, data, None, conf, clock=lambda: now[0])
-    run.callbacks.append(Ticks())
-    run.train()
+    t = trainer.Trainer(gpt, data, None, conf, clock=lambda: now[0])
+    t.run.callbacks.append(Ticks())
+    t.train()
     assert now[0] == 160.0 and saved == epochs
     assert (tmp_path / 'run.ckpt').exists()
 
@@ -508,9 +508,9 @@ def test_a_resumed_run_takes_the_interrupted_runs_plan(tmp_path, monkeypatch):
                                              n_embd=16, embd_pdrop=0, resid_pdrop=0, attn_pdrop=0))
     values = dict(max_epochs=2, batch_size=len(data) // 2 + 1, precision='auto',
                   resume_path=str(tmp_path / 'run.ckpt'), checkpoint_every=1)
-    run = trainer.Trainer(make(), data, None, trainer.TrainerConfig(**values))
-    run.train()
-    assert (run.plan.precision, run.plan.kernel) == chosen
+    t = trainer.Trainer(make(), data, None, trainer.TrainerConfig(**values))
+    t.train()
+    assert (t.run.plan.precision, t.run.plan.kernel) == chosen
 
     def measured(*a, **k):
         raise AssertionError('a resumed run measured its path again')

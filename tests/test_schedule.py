@@ -250,7 +250,7 @@ def test_trainer_lr_counts_padded_tokens(name_data, monkeypatch, kw):
 
     n = len(name_data)  # 20 examples: batches of 8, 8, 4 per epoch
     sizes = [8, 8, 4] * 2
-    assert t.tokens == 2 * n * 127
+    assert t.run.tokens == 2 * n * 127
     tokens_after = [127 * sum(sizes[:i + 1]) for i in range(len(sizes))]
     expected = [lr * handout_lr_mult(tok, warmup, final) for tok in tokens_after]
     logged = writer.scalars['train/lr']
@@ -279,7 +279,7 @@ def test_trainer_without_decay_keeps_lr(name_data):
     t = trainer.Trainer(gpt, name_data, None, conf)
     t.train()
     assert [v for _, v in writer.scalars['train/lr']] == [1e-3, 1e-3]
-    assert t.tokens == 20 * 127
+    assert t.run.tokens == 20 * 127
     changed = [k for k, v in gpt.state_dict().items() if not torch.equal(v, before[k])]
     assert 'head.weight' in changed and 'blocks.0.attn.mask' not in changed
 
@@ -443,3 +443,37 @@ def test_the_handout_preset_keeps_the_handout_s_trainer_and_cpu_presets_mingpt_s
             values = presets.stage_values(name, stage)
             want = (False, 'names') if stage == 'finetune_scratch' else (True, 'matmul')
             assert (values['shuffle'], values['decay_rule']) == want, (name, stage)
+
+
+def test_the_run_is_the_one_object_the_engines_loop_and_extras_share(name_data):
+    """The Trainer keeps the starter's attributes and one engine object, its run (loop.Run):
+    every extra is handed that run at every named point, and the schedule's numbers live in it
+    (run.schedule), while the config keeps what was asked for."""
+    conf = trainer.TrainerConfig(max_epochs=2, batch_size=8, learning_rate=1e-3, lr_decay=True,
+                                 warmup_tokens=100, final_tokens=5000)
+    t = trainer.Trainer(tiny_gpt(vocab=len(name_data.stoi), n_layer=1), name_data, None, conf)
+    seen = []
+
+    class Probe:
+        def on_train_start(self, run):
+            seen.append(('start', run))
+
+        def on_step_end(self, run, epoch, it):
+            seen.append(('step', run))
+
+        def on_epoch_end(self, run, epoch):
+            seen.append(('epoch', run))
+
+        def on_train_end(self, run):
+            seen.append(('end', run))
+    t.run.callbacks.append(Probe())
+    t.train()
+    assert [p for p, _ in seen] == ['start'] + (['step'] * 3 + ['epoch']) * 2 + ['end']
+    assert all(run is t.run for _, run in seen)
+    assert set(vars(t)) == {'model', 'train_dataset', 'test_dataset', 'config', 'run', 'device'}
+    assert (t.run.schedule.max_epochs, t.run.schedule.final_tokens) == (2, 5000)
+    assert (conf.max_epochs, conf.final_tokens) == (2, 5000) and t.run.epochs_trained == 2
+    # the starter's loop (engine off) has no run: the starter's attributes only
+    plain = trainer.Trainer(tiny_gpt(vocab=len(name_data.stoi), n_layer=1), name_data, None,
+                            trainer.TrainerConfig(engine=False))
+    assert set(vars(plain)) == {'model', 'train_dataset', 'test_dataset', 'config', 'device'}

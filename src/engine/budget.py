@@ -108,16 +108,13 @@ class TimeBudget:
     def __init__(self, clock=time.time):
         self.clock = clock
 
-    def on_train_start(self, trainer):
-        plan = trainer.plan  # (its start: config.start_time, else when it began measuring)
-        self.start = plan.start
-        if plan.epochs is not None:  # (a resumed run continues the plan its checkpoint holds)
-            trainer.schedule.max_epochs, trainer.schedule.final_tokens = plan.epochs, plan.final_tokens
+    def on_train_start(self, run):
+        self.start = run.plan.start  # config.start_time, else when the plan began measuring
         self.epoch_start, self.pace = self.clock(), Pace()
         # the steps of the run's first epoch (None once it has ended) and when its first ended
         self.first_epoch_steps, self.after_first_step = 0, None
 
-    def on_step_end(self, trainer, epoch, it):
+    def on_step_end(self, run, epoch, it):
         # The run's first step waits for what a run sets up once (worker processes, the first
         # batches, memory): the first epoch's pace is taken from its other steps. (A GPU's first
         # step can take longer than its whole epoch otherwise does: counted in, it would cut
@@ -127,32 +124,32 @@ class TimeBudget:
             if self.first_epoch_steps == 1:
                 self.after_first_step = self.clock()
 
-    def on_epoch_end(self, trainer, epoch):
+    def on_epoch_end(self, run, epoch):
         """Fit the epochs left to the time left; True (stop) when not one more fits."""
         now = self.clock()
         seconds, n = now - self.epoch_start, self.first_epoch_steps
         if n is not None:  # the run's first epoch (a resumed one may have started mid-epoch)
             if n > 1:
-                seconds = (now - self.after_first_step) / (n - 1) * trainer.steps_per_epoch
+                seconds = (now - self.after_first_step) / (n - 1) * run.steps_per_epoch
             self.first_epoch_steps = None
         self.pace.add(seconds)
-        trainer.epoch_seconds = self.pace.times  # (for the run's record)
+        run.epoch_seconds = self.pace.times  # (for the run's record)
         self.epoch_start = now
-        return self.replan(trainer, epoch + 1)
+        return self.replan(run, epoch + 1)
 
-    def left(self, trainer):
-        return trainer.config.time_budget - (self.clock() - self.start)
+    def left(self, run):
+        return run.config.time_budget - (self.clock() - self.start)
 
-    def replan(self, trainer, done):
+    def replan(self, run, done):
         """After `done` epochs: the epochs that fit in the time left at the pace now (Pace), the
         rest of the schedule laid over them."""
-        config, schedule = trainer.config, trainer.schedule
+        config, schedule = run.config, run.schedule
         if done >= schedule.max_epochs:
             return False
         pace, error = self.pace.seconds(), self.pace.error()
-        left, keep = self.left(trainer), kept(config, pace)
+        left, keep = self.left(run), kept(config, pace)
         fit = max(epochs_that_fit(left, pace, keep), 0)
-        epochs = min(done + fit, schedule.asked[0])
+        epochs = min(done + fit, config.max_epochs)
         planned = schedule.max_epochs
         # act on the pace only where its uncertainty (a few epochs' mean) cannot explain the change
         if epochs < planned and (planned - done) * (pace - error) <= left - keep + overrun(config):
@@ -161,34 +158,34 @@ class TimeBudget:
         trend = max(2, GROW * planned)
         if planned < epochs and surely < planned + (1 if planned - done <= trend else trend):
             epochs = planned  # a few more epochs would fit: a faster epoch or two is no trend
-        epochs = int(distributed.agree(epochs, trainer.device, 'min'))  # the fewest any rank can
+        epochs = int(distributed.agree(epochs, run.device, 'min'))  # the fewest any rank can
         if epochs == schedule.max_epochs:
             return False
         if epochs <= done:
-            if trainer.rank == 0:
+            if run.rank == 0:
                 print(f'\ntime budget: stopping after epoch {done} of {schedule.max_epochs} (the '
                       'epochs ran slower than measured: no time for another)', flush=True)
             schedule.max_epochs = done
             return True
-        if trainer.rank == 0:
+        if run.rank == 0:
             print(f'\ntime budget: after epoch {done} ({pace:.1f} s per epoch): {epochs} epochs '
                   f'instead of {schedule.max_epochs} -> about '
                   f'{(self.clock() - self.start + (epochs - done) * pace) / 60:.1f} min in all',
                   flush=True)
-        self.relay(trainer, done, epochs)
+        self.relay(run, done, epochs)
         schedule.max_epochs = epochs
-        trainer.progress.set_total(trainer.steps_per_epoch * epochs)
+        run.progress.set_total(run.steps_per_epoch * epochs)
         return False
 
-    def relay(self, trainer, done, epochs):
+    def relay(self, run, done, epochs):
         """The rest of the cosine, from where it stands now, laid over the epochs up to `epochs`:
         it ends where the schedule asked for ends after all its epochs (at its floor)."""
-        schedule = trainer.schedule
+        schedule = run.schedule
         # (the tokens the loop started from: a resumed run's, loaded after this extra's start)
-        per_epoch = (trainer.tokens - trainer.progress.start_tokens) / (done - trainer.start_epoch)
-        t0 = max(trainer.tokens, schedule.warmup_tokens)
-        p0 = schedule_progress(t0, trainer.schedule)
-        asked, asked_final = schedule.asked
+        per_epoch = (run.tokens - run.progress.start_tokens) / (done - run.start_epoch)
+        t0 = max(run.tokens, schedule.warmup_tokens)
+        p0 = schedule_progress(t0, run.schedule)
+        asked, asked_final = run.config.max_epochs, run.config.final_tokens
         p1 = (asked * per_epoch - schedule.warmup_tokens) / max(1, asked_final - schedule.warmup_tokens)
         schedule.relaid = (t0, p0, t0 + (epochs - done) * per_epoch, max(p0, p1))
 
@@ -205,7 +202,7 @@ def schedule_progress(tokens, plan):
 
 
 def cosine_progress(tokens, plan):
-    """The progress the handout's cosine (trainer.lr_multiplier) turns into the learning rate:
+    """The progress the handout's cosine (run.lr_multiplier) turns into the learning rate:
     the schedule's own, or with plan.decay_share (a CPU recipe's) the progress at which that
     cosine gives the peak rate held until the last decay_share of the schedule, then a straight
     line down to the floor. A run that gets few steps spends more of them at the peak (measured:
@@ -219,25 +216,25 @@ def cosine_progress(tokens, plan):
 
 
 class Schedule:
-    """The run's plan, apart from its configuration (which keeps what was asked for): the epochs
-    to train, where the cosine ends, and where it was laid anew. It starts as the config asks; a
-    time budget (budget.py) re-plans it, a resumed run (checkpoint.py) restores it."""
+    """The one home of the run's schedule numbers (its configuration keeps what was asked for):
+    the epochs to train, where the cosine ends, and where it was laid anew. It starts as the
+    plan made them fit a time budget (plan.py), else as the config asks; the budget re-plans it
+    as the epochs run (TimeBudget), a resumed run restores it (checkpoint.py)."""
 
-    def __init__(self, config):
-        self.max_epochs = config.max_epochs
+    def __init__(self, config, plan=None):
+        planned = plan is not None and plan.epochs is not None
+        self.max_epochs = plan.epochs if planned else config.max_epochs
+        self.final_tokens = plan.final_tokens if planned else config.final_tokens
         self.warmup_tokens = config.warmup_tokens
-        self.final_tokens = config.final_tokens
         self.decay_share = getattr(config, 'decay_share', None)  # see cosine_progress
-        self.asked = (config.max_epochs, config.final_tokens)  # what a budget's plans scale
         self.relaid = None  # (t0, p0, t1, p1): a budget re-planned the epochs, see cosine_progress
 
     def state_dict(self):
         # the keys resumable checkpoints have held since budgets could re-plan
         return {'max_epochs': self.max_epochs, 'final_tokens': self.final_tokens,
-                'budget_asked': self.asked, 'relaid': self.relaid}
+                'relaid': self.relaid}
 
     def load_state_dict(self, state):
         self.max_epochs, self.final_tokens = state['max_epochs'], state['final_tokens']
-        asked, relaid = state.get('budget_asked'), state.get('relaid')
-        self.asked = tuple(asked) if asked is not None else (self.max_epochs, self.final_tokens)
+        relaid = state.get('relaid')
         self.relaid = tuple(relaid) if relaid is not None else None

@@ -61,73 +61,73 @@ class Resumable:
     def __init__(self):
         self.stop = None
 
-    def on_train_start(self, trainer):
+    def on_train_start(self, run):
         self.stop = StopRequest().__enter__()
-        self.saved_at = trainer.clock()  # (checkpoint_seconds counts from here, then each save)
-        if trainer.config.resume:
-            self.load(trainer)
+        self.saved_at = run.clock()  # (checkpoint_seconds counts from here, then each save)
+        if run.config.resume:
+            self.load(run)
 
-    def on_step_end(self, trainer, epoch, it):
+    def on_step_end(self, run, epoch, it):
         requested = self.stop.requested
-        if trainer.distributed:
+        if run.distributed:
             # every rank stops at the same step: they agree on it where the losses are read back
             # anyway (every log_every steps), not at every step, which would wait for the GPU
-            if trainer.step % trainer.config.log_every:
+            if run.step % run.config.log_every:
                 return
-            requested = bool(distributed.agree(requested, trainer.device, 'sum'))
+            requested = bool(distributed.agree(requested, run.device, 'sum'))
         if requested:
-            self.save(trainer, epoch, it + 1, trainer.epoch_start_state)
-            raise TrainingInterrupted(trainer.config.resume_path)
+            self.save(run, epoch, it + 1, run.epoch_start_state)
+            raise TrainingInterrupted(run.config.resume_path)
 
-    def on_epoch_end(self, trainer, epoch):
-        config = trainer.config
+    def on_epoch_end(self, run, epoch):
+        config = run.config
         if config.checkpoint_every and (epoch + 1) % config.checkpoint_every == 0 \
-                and epoch + 1 < trainer.schedule.max_epochs and self.due(trainer):
-            self.save(trainer, epoch + 1, 0, trainer.generator.get_state())
+                and epoch + 1 < run.schedule.max_epochs and self.due(run):
+            self.save(run, epoch + 1, 0, run.generator.get_state())
 
-    def due(self, trainer):
+    def due(self, run):
         """Whether checkpoint_seconds have passed since the last checkpoint (GPU_SECONDS on a
         GPU). Under torchrun rank 0's clock decides for all: every rank takes part in a save."""
-        seconds = trainer.config.checkpoint_seconds
+        seconds = run.config.checkpoint_seconds
         if not seconds:
             return True
-        return bool(distributed.agree(trainer.clock() - self.saved_at >= seconds if
-                                      trainer.rank == 0 else 0, trainer.device, 'max'))
+        return bool(distributed.agree(run.clock() - self.saved_at >= seconds if
+                                      run.rank == 0 else 0, run.device, 'max'))
 
-    def on_train_end(self, trainer):
+    def on_train_end(self, run):
         if self.stop is not None:
             self.stop.__exit__()
 
-    def save(self, trainer, epoch, it, generator_state):
+    def save(self, run, epoch, it, generator_state):
         """Everything needed to continue exactly where the run stands: before batch `it` of
         `epoch`, whose order (a shuffle) and seeds are drawn from generator_state."""
-        config = trainer.config
-        trainer.progress.flush(trainer.tokens)  # every loss read: none saved after one not finite
+        config = run.config
+        run.progress.flush(run.tokens)  # every loss read: none saved after one not finite
         # each rank's own random states: under torchrun the ranks' dropout draws differ (their
         # rows differ, a last short batch leaves one a dummy row), so rank 0's are not theirs
-        randoms = distributed.gather(random_states(trainer.device))
-        if trainer.rank != 0:
+        randoms = distributed.gather(random_states(run.device))
+        if run.rank != 0:
             return
         state = {
-            'model': trainer.model.state_dict(), 'optimizer': trainer.optimizer.state_dict(),
-            'tokens': trainer.tokens, 'step': trainer.step, 'epoch': epoch, 'it': it,
+            'model': run.model.state_dict(), 'optimizer': run.optimizer.state_dict(),
+            'tokens': run.tokens, 'step': run.step, 'epoch': epoch, 'it': it,
             'generator': generator_state, 'random': randoms,
-            'batch_size': config.batch_size, **trainer.schedule.state_dict(),
-            'plan': trainer.plan.record(),  # (a resumed run goes on with it: plan.make)
+            'batch_size': config.batch_size, **run.schedule.state_dict(),
+            'plan': run.plan.record(),  # (a resumed run goes on with it: plan.make)
         }
         atomic_write(config.resume_path, lambda tmp: torch.save(state, tmp))
-        self.saved_at = trainer.clock()
+        self.saved_at = run.clock()
 
-    def load(self, trainer):
-        config, path = trainer.config, trainer.config.resume_path
+    def load(self, run):
+        config, path = run.config, run.config.resume_path
         try:
             # onto the CPU: the random states must stay CPU byte tensors (set_rng_state takes no
             # other); the model and the optimizer copy their tensors to the device themselves
             state = torch.load(path, map_location='cpu', weights_only=True)
-            mismatch = state_difference(state['model'], trainer.model.state_dict(),
+            mismatch = state_difference(state['model'], run.model.state_dict(),
                                         'in the checkpoint')
             if mismatch is None:
-                trainer.model.load_state_dict(state['model'])
+                run.model.load_state_dict(state['model'])
         except Exception as e:
             first = str(e).splitlines()[0][:120] if str(e) else ''
             raise UsageError(f'--resume: cannot read the checkpoint {path} '
@@ -138,17 +138,17 @@ class Resumable:
         if state['batch_size'] != config.batch_size:
             raise UsageError(f'--resume: {path} was written with batch size {state["batch_size"]}, '
                              f'this run has {config.batch_size}')
-        trainer.optimizer.load_state_dict(state['optimizer'])
+        run.optimizer.load_state_dict(state['optimizer'])
         if config.time_budget is not None and 'final_tokens' in state:
             # a budgeted run continues the plan it made, not a new one
-            trainer.schedule.load_state_dict(state)
-        trainer.tokens, trainer.step = state['tokens'], state['step']
-        trainer.generator.set_state(state['generator'])
-        randoms, rank = state.get('random'), trainer.rank
+            run.schedule.load_state_dict(state)
+        run.tokens, run.step = state['tokens'], state['step']
+        run.generator.set_state(state['generator'])
+        randoms, rank = state.get('random'), run.rank
         if randoms is None:  # written before the states were kept per rank
             randoms = [{'python': state['python_random'], 'torch': state['torch_rng'], 'cuda': None}]
         if len(randoms) != distributed.world() and rank == 0:
             print(f'note: {path} holds the random states of {len(randoms)} processes, this run '
                   f'has {distributed.world()}: dropout draws will differ from an uninterrupted run')
-        set_random_states(randoms[min(rank, len(randoms) - 1)], trainer.device)
-        trainer.start_epoch, trainer.start_it = state['epoch'], state['it']
+        set_random_states(randoms[min(rank, len(randoms) - 1)], run.device)
+        run.start_epoch, run.start_it = state['epoch'], state['it']

@@ -524,14 +524,15 @@ def tensorboard_dir(args):
     return 'expt/%s/%s_pt_lr_%f_ft_lr_%f' % (args.function, name, *rates)
 
 
-def save_params(gpt, args, run):
+def save_params(args, run):
     """The handout's torch.save(model.state_dict(), args.writing_params_path) at the end of
     training, written whole or not at all and never cut short by a first Ctrl-C (that would lose
     the finished run); the resumable checkpoint, nothing left to resume, removed; the run's
-    record beside the params. `run`: the Trainer that trained it."""
+    record beside the params. `run`: the run that trained it (loop.Run: its model is the one
+    trained, which a CPU preset's plan may have chosen)."""
     if distributed.rank() != 0:
         return
-    path, tconf = args.writing_params_path, run.config
+    path, tconf, gpt = args.writing_params_path, run.config, run.model
     with checkpoint.StopRequest():
         common.save_state_dict(gpt, path)
         if os.path.exists(tconf.resume_path):
@@ -552,10 +553,10 @@ def save_params(gpt, args, run):
                  epochs_asked=tconf.max_epochs,
                  epochs_planned=run.schedule.max_epochs, epochs_trained=run.epochs_trained,
                  steps=run.step, tokens=run.tokens,
-                 epoch_seconds=[round(t, 2) for t in getattr(run, 'epoch_seconds', [])] or None,
+                 epoch_seconds=[round(t, 2) for t in run.epoch_seconds] or None,
                  phases=phases(args, run.progress),
-                 epoch_walls=[round(t, 3) for t in getattr(run, 'epoch_walls', [])] or None,
-                 others_share=getattr(run, 'others_share', None) and round(run.others_share, 4))
+                 epoch_walls=[round(t, 3) for t in run.epoch_walls] or None,
+                 others_share=run.others_share and round(run.others_share, 4))
 
 
 def evaluate(gpt, args, vocab, device):

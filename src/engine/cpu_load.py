@@ -93,9 +93,9 @@ class FollowLoad:
         self.every, self.times, self.say = every, times, say
         self.cores = cores or machine_cores()
 
-    def on_train_start(self, trainer):
+    def on_train_start(self, run):
         # the plan may have started the run on fewer threads than the machine's (plan.py)
-        self.clock, most = trainer.clock, trainer.plan.most_threads
+        self.clock, most = run.clock, run.plan.most_threads
         self.now = self.get_threads()
         self.most = most if most is not None else self.now
         self.measure_for(self.FIRST)
@@ -105,7 +105,7 @@ class FollowLoad:
         """Start a measurement window that ends at the first step `seconds` from now."""
         self.meter, self.window = LoadMeter(self.clock, self.times, self.cores), seconds
 
-    def on_step_end(self, trainer, epoch, it):
+    def on_step_end(self, run, epoch, it):
         self.steps += 1
         self.fewer += self.now < self.most
         if self.clock() - self.meter.wall < self.window:
@@ -123,7 +123,7 @@ class FollowLoad:
         self.now = threads
         self.set_threads(threads)
 
-    def on_train_end(self, trainer):
+    def on_train_end(self, run):
         if self.now != self.most:
             self.set_threads(self.most)
             self.now = self.most
@@ -145,27 +145,27 @@ class SawLoad:
     CPUs other processes used while it trained, the CPUs it could use, the steps it trained, and,
     where it trained fewer steps than the preset's idle runs did here (or a shallower model), what
     those runs and the measured runs nearest to it answered (`measured`: the preset's
-    `under_load`, presets.py). The share also goes into the run's record (trainer.others_share)."""
+    `under_load`, presets.py). The share also goes into the run's record (run.others_share)."""
 
     def __init__(self, measured, times=cpu_times, cores=None, usable=None, say=print):
         self.measured, self.times, self.say = measured, times, say
         self.cores = cores or machine_cores()
         self.usable = usable or usable_cores()
 
-    def on_train_start(self, trainer):
-        self.meter, self.first_step = LoadMeter(trainer.clock, self.times, self.cores), trainer.step
+    def on_train_start(self, run):
+        self.meter, self.first_step = LoadMeter(run.clock, self.times, self.cores), run.step
 
-    def on_train_end(self, trainer):
-        others = trainer.others_share = self.meter.others()
-        if trainer.rank != 0:
+    def on_train_end(self, run):
+        others = run.others_share = self.meter.others()
+        if run.rank != 0:
             return
-        minutes = (trainer.clock() - self.meter.wall) / 60
-        steps, layers = trainer.step - self.first_step, len(getattr(trainer.model, 'blocks', ()))
+        minutes = (run.clock() - self.meter.wall) / 60
+        steps, layers = run.step - self.first_step, len(getattr(run.model, 'blocks', ()))
         share = 'not known' if others is None else f'{others:.0%}'
         cpus = f'{self.cores}' if self.usable >= self.cores else f'{self.usable} of its {self.cores}'
         line = (f'cpu: other processes used {share} of the machine\'s CPUs while this trained '
                 f'(it could use {cpus}); {steps:,} steps of {layers} layers in {minutes:.1f} min')
-        near = expected(self.measured, trainer.step, layers)
+        near = expected(self.measured, run.step, layers)
         self.say(line + ('' if near is None else f'. {near}'), flush=True)
 
 

@@ -12,17 +12,17 @@ from engine.plan import follows
 from engine.progress import EpochClock
 
 
-def for_trainer(trainer):
-    """The extras a Trainer's config asks for."""
-    config = trainer.config
+def for_run(run):
+    """The extras a run's config asks for; each is handed the run (loop.Run) at its points."""
+    config = run.config
     extras = []
-    if follows(config, trainer.device):
-        extras.append(FollowLoad(times=trainer.cpu_times))
-    if config.under_load is not None and trainer.device.type == 'cpu':
-        extras.append(SawLoad(config.under_load, times=trainer.cpu_times))
+    if follows(config, run.device):
+        extras.append(FollowLoad(times=run.cpu_times))
+    if config.under_load is not None and run.device.type == 'cpu':
+        extras.append(SawLoad(config.under_load, times=run.cpu_times))
     if budgeted(config):
-        extras.append(TimeBudget(trainer.clock))
+        extras.append(TimeBudget(run.clock))
     if config.resume_path is not None:
         extras.append(Resumable())
-    extras.append(EpochClock(trainer.clock))
+    extras.append(EpochClock(run.clock))
     return extras

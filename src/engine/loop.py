@@ -7,8 +7,8 @@ groups) and able to resume. What fits a run to a machine or makes it safe
 attaches at named points, as minGPT's later trainer attaches callbacks (on_train_start,
 on_step_end, on_epoch_end, on_train_end: extras.py).
 
-The Trainer object (trainer.py) is handed in and holds the run's state; nothing here imports a
-handout file.
+The run's state is one object (Run), which the Trainer (trainer.py) makes and hands in;
+nothing here imports a handout file.
 """
 import math
 import time
@@ -78,109 +78,125 @@ def train_step(model, optimizer, autocast, x, y, config, device):
     return loss
 
 
-def attach(trainer, plan=None, clock=None, cpu_times=None):
-    """The engine's part of Trainer.__init__: the model on config.device, and the extras that
-    attach at the loop's named points. plan: the machine measured before the Trainer
-    (engine/plan.py; made in train() if None); clock, cpu_times: what the extras read for time
-    and the machine's load (tests: theirs)."""
-    trainer.device = torch.device(trainer.config.device)
-    trainer.model = trainer.model.to(trainer.device)
-    trainer.tokens = trainer.step = 0
-    trainer.distributed, trainer.rank = distributed.active(), distributed.rank()
-    trainer.clock, trainer.cpu_times = clock or time.time, cpu_times or cpu_load.cpu_times
-    trainer.plan = plan
-    trainer.callbacks = extras.for_trainer(trainer)
+class Run:
+    """A training run's state: what the loop, its extras (extras.py) and the run's record
+    (command.save_params) share, the one object they are handed. Made by the Trainer from its
+    model, datasets and config (the model moved to config.device); plan: the machine measured
+    before (engine/plan.py; made when training starts if None); clock, cpu_times: what the
+    extras read for time and the machine's load (tests: their own); save_checkpoint: the
+    Trainer's, called after every epoch as the starter's loop calls it."""
+
+    def __init__(self, model, train_dataset, test_dataset, config, save_checkpoint, plan=None,
+                 clock=None, cpu_times=None):
+        self.config = config
+        self.device = torch.device(config.device)
+        self.model = model.to(self.device)
+        self.train_dataset, self.test_dataset = train_dataset, test_dataset
+        self.save_checkpoint = save_checkpoint
+        self.tokens = self.step = 0
+        self.distributed, self.rank = distributed.active(), distributed.rank()
+        self.clock, self.cpu_times = clock or time.time, cpu_times or cpu_load.cpu_times
+        self.plan = plan
+        self.callbacks = extras.for_run(self)
+        # set when training starts (train): the run's schedule, optimizer, batches and log
+        self.schedule = self.precision = self.optimizer = self.generator = None
+        self.batches = self.progress = self.wrapped = None
+        self.steps_per_epoch = self.epochs_trained = self.start_epoch = self.start_it = 0
+        self.epoch_start_state = None
+        # the record's figures the extras measure: each epoch's seconds as the budget paced them
+        # and on the wall clock, the share of the CPUs other processes used
+        self.epoch_seconds, self.epoch_walls, self.others_share = [], [], None
 
 
-def save(trainer, model):
+def save(run, model):
     """The checkpoint, written whole or not at all, by one process of a distributed run."""
-    if trainer.rank == 0:
-        save_state_dict(model, trainer.config.ckpt_path)
+    if run.rank == 0:
+        save_state_dict(model, run.config.ckpt_path)
 
 
-def call(trainer, point, *args):
+def call(run, point, *args):
     """Ask every extra that acts at `point`; True when one of them asks to stop."""
-    answers = [getattr(c, point)(trainer, *args) for c in trainer.callbacks if hasattr(c, point)]
+    answers = [getattr(c, point)(run, *args) for c in run.callbacks if hasattr(c, point)]
     return any(answers)
 
 
-def train(trainer):
+def train(run):
     """Trainer.train: the starter's epochs and steps, at the named points the extras act."""
-    config = trainer.config
-    if trainer.plan is None:  # (a CPU preset's plan may train its slow machine's model instead)
-        trainer.plan, trainer.model = planning.make(trainer.model, trainer.train_dataset, config,
-                                                    train_step, make_optimizer, trainer.clock,
-                                                    trainer.cpu_times, smaller=config.smaller)
-    model = wrapped_model(trainer)
-    trainer.optimizer = optimizer = make_optimizer(trainer.model, config, config.learning_rate)
-    trainer.generator = torch.Generator().manual_seed(torch.initial_seed())
-    trainer.schedule, trainer.precision = Schedule(config), trainer.plan.precision
-    trainer.batches = Batches(trainer.train_dataset, workers_for(config, trainer.device),
+    config = run.config
+    if run.plan is None:  # (a CPU preset's plan may train its slow machine's model instead)
+        run.plan, run.model = planning.make(run.model, run.train_dataset, config,
+                                                    train_step, make_optimizer, run.clock,
+                                                    run.cpu_times, smaller=config.smaller)
+    model = wrapped_model(run)
+    run.optimizer = optimizer = make_optimizer(run.model, config, config.learning_rate)
+    run.generator = torch.Generator().manual_seed(torch.initial_seed())
+    run.schedule, run.precision = Schedule(config, run.plan), run.plan.precision
+    run.batches = Batches(run.train_dataset, workers_for(config, run.device),
                               config.batch_size, config.shuffle)
-    trainer.steps_per_epoch = steps_per_epoch(len(trainer.train_dataset), config.batch_size)
-    trainer.epochs_trained = trainer.start_epoch = trainer.start_it = 0
+    run.steps_per_epoch = steps_per_epoch(len(run.train_dataset), config.batch_size)
+    run.epochs_trained = run.start_epoch = run.start_it = 0
     one_step = graphs.steps(config, train_step)  # train_step, or its CUDA-graph replays
-    trainer.progress = Progress(config.log_every, config.writer if trainer.rank == 0 else None,
-                                disable=trainer.rank != 0, lag=trainer.device.type == 'cuda')
+    run.progress = Progress(config.log_every, config.writer if run.rank == 0 else None,
+                                disable=run.rank != 0, lag=run.device.type == 'cuda')
     try:
-        call(trainer, 'on_train_start')  # the plan's threads and epochs; resume
-        autocast = autocast_for(trainer.device, trainer.precision)
-        trainer.progress.start(trainer.steps_per_epoch * trainer.schedule.max_epochs,
-                               trainer.step, trainer.tokens)
+        call(run, 'on_train_start')  # the plan's threads and epochs; resume
+        autocast = autocast_for(run.device, run.precision)
+        run.progress.start(run.steps_per_epoch * run.schedule.max_epochs,
+                               run.step, run.tokens)
 
         model.train()
-        epoch = trainer.start_epoch
-        while epoch < trainer.schedule.max_epochs:  # (a time budget may re-plan it as it goes)
-            trainer.epoch_start_state = trainer.generator.get_state()
-            batches = trainer.batches.draw(trainer.generator)  # (dataset indices, seed) each
-            skip = trainer.start_it if epoch == trainer.start_epoch else 0
-            for it, (x, y) in enumerate(trainer.batches.epoch(batches[skip:], trainer.generator),
+        epoch = run.start_epoch
+        while epoch < run.schedule.max_epochs:  # (a time budget may re-plan it as it goes)
+            run.epoch_start_state = run.generator.get_state()
+            batches = run.batches.draw(run.generator)  # (dataset indices, seed) each
+            skip = run.start_it if epoch == run.start_epoch else 0
+            for it, (x, y) in enumerate(run.batches.epoch(batches[skip:], run.generator),
                                         start=skip):
-                trainer.tokens += y.numel()  # the handout's (y >= 0).sum(): padding too
-                loss = one_step(model, optimizer, autocast, x, y, config, trainer.device)
+                run.tokens += y.numel()  # the handout's (y >= 0).sum(): padding too
+                loss = one_step(model, optimizer, autocast, x, y, config, run.device)
 
                 # decay the learning rate based on our progress (after the step, as the handout)
                 if config.lr_decay:
-                    lr = config.learning_rate * lr_multiplier(trainer.tokens, trainer.schedule)
+                    lr = config.learning_rate * lr_multiplier(run.tokens, run.schedule)
                     for param_group in optimizer.param_groups:
                         param_group['lr'] = lr
                 else:
                     lr = config.learning_rate
 
-                trainer.progress.log(trainer.step, loss, lr, epoch, it, trainer.tokens)
-                trainer.step += 1
-                call(trainer, 'on_step_end', epoch, it)  # a stop request: checkpoint, interrupt
-            trainer.progress.epoch_end(trainer.tokens, saving=config.ckpt_path is not None)
-            if trainer.test_dataset is not None:
-                evaluate_loss(trainer, trainer.test_dataset, autocast)
+                run.progress.log(run.step, loss, lr, epoch, it, run.tokens)
+                run.step += 1
+                call(run, 'on_step_end', epoch, it)  # a stop request: checkpoint, interrupt
+            run.progress.epoch_end(run.tokens, saving=config.ckpt_path is not None)
+            if run.test_dataset is not None:
+                evaluate_loss(run, run.test_dataset, autocast)
                 model.train()
-            trainer.save_checkpoint()
-            trainer.epochs_trained = epoch + 1
-            if call(trainer, 'on_epoch_end', epoch):  # budget re-plan or stop; periodic checkpoint
+            run.save_checkpoint()
+            run.epochs_trained = epoch + 1
+            if call(run, 'on_epoch_end', epoch):  # budget re-plan or stop; periodic checkpoint
                 break
             epoch += 1
     finally:
-        trainer.progress.close(trainer.tokens)
-        trainer.batches.close()  # the workers stop (what they built ahead is dropped)
-        call(trainer, 'on_train_end')
-        trainer.wrapped = trainer.plan.wrapped = None  # (a DDP wrapper holds the process group)
+        run.progress.close(run.tokens)
+        run.batches.close()  # the workers stop (what they built ahead is dropped)
+        call(run, 'on_train_end')
+        run.wrapped = run.plan.wrapped = None  # (a DDP wrapper holds the process group)
 
 
-def wrapped_model(trainer):
+def wrapped_model(run):
     """The model the steps call: DDP-wrapped under torchrun, compiled when asked (the plan's)."""
-    trainer.wrapped = trainer.plan.wrapped if trainer.plan.wrapped is not None else \
-        distributed.wrapped(trainer.model, trainer.device, trainer.config.compile)
-    return trainer.wrapped
+    run.wrapped = run.plan.wrapped if run.plan.wrapped is not None else \
+        distributed.wrapped(run.model, run.device, run.config.compile)
+    return run.wrapped
 
 
 @torch.no_grad()
-def evaluate_loss(trainer, dataset, autocast):
-    trainer.model.eval()
+def evaluate_loss(run, dataset, autocast):
+    run.model.eval()
     losses = []
     generator = torch.Generator().manual_seed(0)
-    for batch in batch_indices(len(dataset), trainer.config.batch_size, generator):
+    for batch in batch_indices(len(dataset), run.config.batch_size, generator):
         x, y = trim_padding(*collate(dataset, *batch))
         with autocast:
-            _, loss = trainer.model(x.to(trainer.device), y.to(trainer.device))
+            _, loss = run.model(x.to(run.device), y.to(run.device))
         losses.append(float(loss))
     print("test loss: %f" % (sum(losses) / max(1, len(losses))))

@@ -78,7 +78,7 @@ class Progress:
 
 
 class EpochClock:
-    """The trainer's extra that keeps each epoch's seconds on the wall clock (trainer.epoch_walls,
+    """The trainer's extra that keeps each epoch's seconds on the wall clock (run.epoch_walls,
     for the run's record), read from `clock`: where a short GPU stage's time goes, its first
     epochs holding the workers' start and the steps' recordings, a checkpoint the epoch that
     wrote it. Last of the extras, so an epoch's seconds hold what the others did at its end."""
@@ -86,10 +86,10 @@ class EpochClock:
     def __init__(self, clock=time.time):
         self.clock = clock
 
-    def on_train_start(self, trainer):
-        self.last, trainer.epoch_walls = self.clock(), []
+    def on_train_start(self, run):
+        self.last, run.epoch_walls = self.clock(), []
 
-    def on_epoch_end(self, trainer, epoch):
+    def on_epoch_end(self, run, epoch):
         now = self.clock()
-        trainer.epoch_walls.append(now - self.last)
+        run.epoch_walls.append(now - self.last)
         self.last = now

@@ -726,3 +726,34 @@ def test_compile_takes_a_mode_and_alone_means_the_default():
             distributed.wrapped(torch.nn.Linear(2, 2), torch.device('cpu'), value)
     plain = torch.nn.Linear(2, 2)
     assert distributed.wrapped(plain, torch.device('cpu'), False) is plain
+
+
+@pytest.mark.parametrize('extra, device, env, said', [
+    ([], 'cpu', {}, None),  # the handout's run: the starter's printed lines only
+    ([], 'cuda', {}, "settings: a GPU's defaults --compile graphs --pack_multiple 512 (the same "
+     'function, other dropout draws than eager steps: --compile none --pack_multiple 0)'),
+    (['--compile', 'none', '--pack_multiple', '0'], 'cuda', {},
+     'settings: --compile none; --pack_multiple 0'),
+    (['--max_epochs', '3', '--seed', '4', '--preset', 'cpu-quick', '--plain'], 'cpu', {},
+     "settings: preset cpu-quick (not the handout's settings); --max_epochs 3; --seed 4; --plain"),
+    (['--device', 'cpu', '--replace', '--eval_batch_size', '8'], 'cpu', {}, None),  # no numbers
+    ([], 'cpu', {'CS224N_EDITION': '2024-25', 'CS224N_THREADS': 'fixed'},
+     'settings: edition 2024-25 (from $CS224N_EDITION); $CS224N_THREADS=fixed'),
+])
+def test_a_run_says_once_what_makes_it_other_than_the_handouts(extra, device, env, said,
+                                                               monkeypatch, tmp_path, capsys):
+    """The run's settings are resolved once (check_args) and said in one line where they
+    change anything against the handout's run of the edition: a preset, the flags typed that
+    change what is computed, a GPU's defaults (other random draws), the environment variables
+    that change the numbers; the handout's own run prints nothing more than the starter."""
+    from engine import command
+    for name in command.NUMBERS_ENV + ('CS224N_EDITION',):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    args = checked_args(extra, monkeypatch, tmp_path, device=device)
+    assert command.settings_line(args, device) == said
+    capsys.readouterr()
+    command.device(args)
+    out = capsys.readouterr().out
+    assert out == ('' if said is None else said + '\n')

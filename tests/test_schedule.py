@@ -372,6 +372,9 @@ def test_the_cpu_presets():
     assert long['pretrain']['decay_share'] is None
     # only cpu-20min's runs were measured under load (its end-of-run line compares with them)
     assert long['under_load'] is None and short['under_load'] == presets.CPU_20MIN_UNDER_LOAD
+    # (measurements, read from the runs' folder: a preset holds settings, not measured figures)
+    assert presets.CPU_20MIN_UNDER_LOAD.startswith('results/')
+    assert presets.under_load('cpu-20min')['runs']['idle']['steps'] == (2914, 3162)
     assert short['time_budget'] == {'pretrain': 17, 'finetune_pretrained': 1}
     assert presets.mix('cpu-20min') == dict(questions='birth_places_train.tsv',
                                             question_share=0.25, lead='Where was ')

@@ -57,7 +57,7 @@ def process_start():
 
 def add_engine_flags(argp):
     """run.py's flags beyond the handout's (unset, the handout's run, but for the GPU defaults:
-    README), and errors of its parser as one line (common.OneLineParser's)."""
+    docs/students.md), and errors of its parser as one line (common.OneLineParser's)."""
     argp.prog = 'python src/run.py'
     argp.error = lambda message: common.OneLineParser.error(argp, message)
     for action in argp._actions:  # (the handout's help names its own edition's variants)
@@ -255,6 +255,7 @@ def check_args(args):
     if args.dropout is not None and not 0 <= args.dropout < 1:
         raise UsageError(f'--dropout must be in [0, 1), not {args.dropout}')
     args.edition, where = presets.edition_source(args.edition, args.variant)
+    args.edition_from = where
     if args.variant not in presets.EDITIONS[args.edition]['variants']:
         raise UsageError(f'--edition {args.edition} has the variants '
                          f'{", ".join(presets.EDITIONS[args.edition]["variants"])}, not {args.variant}'
@@ -337,12 +338,54 @@ def seeds(args):
 def device(args):
     """The device the command runs on (--device; auto: a CUDA GPU, else MPS for the vanilla
     model as the 2024-25 starter chooses, else the CPU; under torchrun this rank's GPU), with
-    the run's random numbers seeded (seeds)."""
+    the run's random numbers seeded (seeds) and its settings said where they are not the
+    handout's (settings_line)."""
     where = distributed.init(devices.pick_device(args.device, args.variant))
     python_seed, torch_seed = seeds(args)
     random.seed(python_seed)
     torch.manual_seed(torch_seed)
+    line = settings_line(args, torch.device(where).type)
+    if line is not None and distributed.rank() == 0:
+        print(line, flush=True)
     return where
+
+
+# the flags beyond the handout's that change what a run computes or draws (the others change
+# where or how fast it runs, or what it refuses)
+CHANGING = ('max_epochs', 'batch_size', 'seed', 'dropout', 'precision', 'compile',
+            'pack_multiple', 'pack_groups', 'time_budget', 'time_budget_after', 'plain')
+# environment variables that change a run's numbers: torch's threads (a CPU sums in another
+# order), and where precision 'auto' remembers what it measured
+NUMBERS_ENV = ('OMP_NUM_THREADS', cpu_load.FIXED, 'CS224N_PATH_CACHE')
+
+
+def settings_line(args, device_type, environ=os.environ):
+    """One line of the settings that make this run other than the handout's run of its edition:
+    the edition where an environment variable chose it, a preset that is not the handout's, the
+    flags typed that change what it computes, a GPU's defaults (the same function, other random
+    draws than a CPU's), the environment variables that change its numbers. None for the
+    handout's run: its printed lines stay the starter's."""
+    parts, typed = [], getattr(args, 'typed', set())
+    if getattr(args, 'edition_from', None) == presets.EDITION_ENV:
+        parts.append(f'edition {args.edition} (from ${presets.EDITION_ENV})')
+    if args.preset != 'handout':
+        parts.append(f'preset {args.preset} (not the handout\'s settings)')
+    for name in CHANGING:
+        if name in typed:
+            value = getattr(args, name)
+            parts.append(f'--{name}' if value is True else
+                         f'--{name} {"none" if value is False else value}')
+    if device_type == 'cuda' and args.function != 'evaluate':
+        defaults = []
+        if args.compile == 'graphs' and 'compile' not in typed:
+            defaults.append('--compile graphs')
+        if pack_multiple(args, args.function) and 'pack_multiple' not in typed:
+            defaults.append(f'--pack_multiple {pack_multiple(args, args.function)}')
+        if defaults:
+            parts.append(f'a GPU\'s defaults {" ".join(defaults)} (the same function, other '
+                         'dropout draws than eager steps: --compile none --pack_multiple 0)')
+    parts += [f'${name}={environ[name]}' for name in NUMBERS_ENV if environ.get(name)]
+    return 'settings: ' + '; '.join(parts) if parts else None
 
 
 _WRITERS = []  # the command's tensorboard writer, closed when it ends (finish)

@@ -8,6 +8,7 @@ The editions of the assignment (EDITIONS) differ in a few of these facts.
 A preset only fills in what a command line leaves unset: `--max_epochs`, `--batch_size`,
 `--pretrain_lr`, `--finetune_lr` given explicitly always win.
 """
+import json
 import os
 import sys
 
@@ -15,6 +16,8 @@ if __name__ == '__main__':  # python src/engine/presets.py: import engine from s
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from engine.common import UsageError
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # The model: "known to work, don't change" (run.py's GPTConfig call and block_size)
 MODEL = dict(n_layer=4, n_head=8, n_embd=256)
@@ -145,10 +148,10 @@ def _preset(model=None, rehearsal_lead=None, mix=None, time_budget=None, slow=No
     speed: precision 'auto' measures bf16 against fp32 and torch's threads follow the machine's
     load (the same seed may then give params that differ by float noise); False computes in fp32
     on a fixed thread count, as the handout's starter does, unless --precision asks otherwise.
-    under_load: dict(source=where the runs are, runs={condition: dict(layers=, steps=(fewest,
-    most), dev=what they answered)}, one condition 'idle'): measured runs of the preset, which a
-    run that trained fewer steps than the idle ones names at its end (cpu_load.SawLoad); None:
-    nothing measured. seed: python's and torch's seed where --seed is not typed; None: the
+    under_load: the JSON file (relative to the checkout) of the preset's runs measured by load
+    ({source: where the runs are, runs: {condition: {layers, steps: [fewest, most], dev: what
+    they answered}}}, one condition 'idle'), which a run that trained fewer steps than the idle
+    ones names at its end (cpu_load.SawLoad); None: nothing measured. seed: python's and torch's seed where --seed is not typed; None: the
     edition's starter's (command.seeds)."""
     preset = {stage: {**values, **stage_changes.get(stage, {})} for stage, values in HANDOUT.items()}
     preset['model'] = {**MODEL, **(model or {})}
@@ -157,7 +160,7 @@ def _preset(model=None, rehearsal_lead=None, mix=None, time_budget=None, slow=No
     preset['time_budget'] = dict(time_budget or {})
     preset['slow'] = dict(slow) if slow else None
     preset['adapts'] = adapts
-    preset['under_load'] = dict(under_load) if under_load else None
+    preset['under_load'] = under_load
     preset['seed'] = seed
     return preset
 
@@ -198,16 +201,9 @@ CPU_MIX = dict(
     adapts=True,
 )
 
-# What `bash scripts/main.sh` (cpu-20min) trained and answered from fresh clones, by load (its
-# runs' page is `source`): a run that trained fewer steps says what such runs got.
-CPU_20MIN_UNDER_LOAD = dict(source='results/cpu-20min/README.md: runs 16-31, the rate held at '
-                                   'its peak', runs={
-    'idle': dict(layers=4, steps=(2914, 3162), dev='32.0-37.6% (3 runs)'),
-    'beside the light load': dict(layers=4, steps=(2294, 2604), dev='19.2-29.0% (3 runs)'),
-    'with one core (beside the heavy load, or taskset)': dict(layers=2, steps=(3472, 3968),
-                                                              dev='10.8-14.0% (6 runs)'),
-    'with one core, the 4 layers kept': dict(layers=4, steps=(2046, 2356), dev='11.0-17.8% (4 runs)'),
-})
+# The runs `bash scripts/main.sh` (cpu-20min) measured by load, which a run that trained fewer
+# steps names at its end (measurements: they live with the runs, not here)
+CPU_20MIN_UNDER_LOAD = 'results/cpu-20min/under-load.json'
 
 PRESETS = {
     'handout': _preset(),
@@ -283,8 +279,19 @@ def adapts(preset):
 
 
 def under_load(preset):
-    """The preset's measured runs by load (see _preset), or None."""
-    return PRESETS[preset]['under_load']
+    """The preset's measured runs by load (see _preset: read from the file its `under_load`
+    names, relative to the checkout), or None: none measured, or the file not there (a copy of
+    src/ without results/)."""
+    path = PRESETS[preset]['under_load']
+    if path is None:
+        return None
+    try:
+        with open(os.path.join(REPO, path), encoding='utf-8') as f:
+            measured = json.load(f)
+    except (OSError, ValueError):
+        return None
+    runs = {name: dict(run, steps=tuple(run['steps'])) for name, run in measured['runs'].items()}
+    return dict(source=measured['source'], runs=runs)
 
 
 def model_values(preset):

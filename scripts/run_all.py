@@ -32,7 +32,9 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN = os.path.join(REPO, 'src', 'run.py')
@@ -128,30 +130,50 @@ def output_of(argv):
             return argv[argv.index(flag) + 1]
 
 
-def run_step(argv, out, log, run_flags, interrupted=lambda seconds: None):
-    """Run one run.py step in `out`; returns (seconds, its stdout). Stopped by Ctrl-C or SIGTERM
-    (the step writes its checkpoint), it calls interrupted(seconds) and exits 130."""
-    cmd = [sys.executable, RUN, *argv, *run_flags]
-    print('+ python src/run.py ' + ' '.join(argv + run_flags), flush=True)
-    start = time.time()
-    stopped = []
-    with open(log, 'a', encoding='utf-8') as f:
-        proc = subprocess.Popen(cmd, cwd=out, stdout=subprocess.PIPE, stderr=f, text=True)
+class Signals:
+    """Ctrl-C and SIGTERM while steps run, handled in the main thread for every step at once: a
+    step writes its checkpoint and ends (Ctrl-C reaches it from the terminal; a SIGTERM may be
+    run_all's alone, `kill PID`, and is passed on to each live step), then run_all stops."""
 
-        def stop(signum, frame):
-            # the step writes its checkpoint and ends; run_all waits for that, then stops. Ctrl-C
-            # reaches the step from the terminal; a SIGTERM may be run_all's alone (kill PID)
-            stopped.append(signum)
-            if signum == signal.SIGTERM:
-                proc.send_signal(signum)
-        previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    def __init__(self):
+        self.live, self.stopped, self.lock = set(), [], threading.Lock()
+
+    def __enter__(self):
+        self.previous = {s: signal.signal(s, self.stop) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc):
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
+
+    def stop(self, signum, frame):
+        self.stopped.append(signum)
+        if signum == signal.SIGTERM:
+            with self.lock:
+                for proc in self.live:
+                    proc.send_signal(signum)
+
+
+def run_step(argv, out, log, run_flags, signals, interrupted=lambda seconds: None, env=None,
+             say=functools.partial(print, flush=True)):
+    """Run one run.py step in `out` (its environment `env`, else run_all's); returns (seconds,
+    its stdout). Stopped by Ctrl-C or SIGTERM (the step writes its checkpoint: `signals`), it
+    calls interrupted(seconds) and exits 130."""
+    cmd = [sys.executable, RUN, *argv, *run_flags]
+    say('+ python src/run.py ' + ' '.join(argv + run_flags))
+    start = time.time()
+    with open(log, 'a', encoding='utf-8') as f:
+        with signals.lock:
+            proc = subprocess.Popen(cmd, cwd=out, stdout=subprocess.PIPE, stderr=f, text=True,
+                                    env=env)
+            signals.live.add(proc)
         try:
             stdout, _ = proc.communicate()
         finally:
-            for s, handler in previous.items():
-                signal.signal(s, handler)
-    sys.stdout.write(stdout)
-    if proc.returncode == 130 or stopped:
+            with signals.lock:
+                signals.live.discard(proc)
+    say(stdout.rstrip('\n'))
+    if proc.returncode == 130 or signals.stopped:
         interrupted(time.time() - start)
         print(f'interrupted: the same command continues (finished steps are skipped, this one '
               f'resumes from its checkpoint); see {log}', file=sys.stderr)
@@ -328,7 +350,9 @@ def report(out, timings, flags, preset, models=DEFAULT_MODELS, out_arg=None, tim
         rows.append(dict(model=name, dev=acc, seconds=timings.get(name) or recorded_seconds(out, name),
                          public=public, handout_minimum=minimum,
                          pretraining=pretraining_pace(out, name, device)))
+    wall, side = timings.get('wall_seconds'), timings.get('side_by_side', 1)
     info = dict(preset=preset, flags=flags, device=device, commit=source_commit(),
+                wall_seconds=wall, side_by_side=side,
                 seed=int(flags[flags.index('--seed') + 1]) if '--seed' in flags else 0,
                 date=time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime()), models=rows,
                 readings={name: READINGS[name] for name in models if name in READINGS})
@@ -336,13 +360,20 @@ def report(out, timings, flags, preset, models=DEFAULT_MODELS, out_arg=None, tim
                                + (['--models', *models] if list(models) != DEFAULT_MODELS else [])
                                + (['--out', out_arg] if out_arg else [])
                                + (['--time_budget', f'{time_budget:g}'] if time_budget else [])
+                               + (['--side_by_side', str(side)] if side > 1 else [])
                                + (['--', *flags] if flags else []))
     with open(os.path.join(out, 'report.json'), 'w', encoding='utf-8') as f:
         json.dump(info, f, indent=2)
     lines = [f'# Assignment results ({preset} preset)', '',
              f'- device: {info["device"]}', f'- commit: {info["commit"]}', f'- seed: {info["seed"]}',
              f'- date: {info["date"]}',
-             f'- command: `{info["command"]}`', '',
+             f'- command: `{info["command"]}`']
+    if wall is not None:
+        lines.append(f'- the command\'s wall time: {wall:.0f} s, '
+                     + ('the models one after another' if side == 1 else
+                        f'up to {side} models trained side by side (processes sharing the '
+                        'device and the cores)'))
+    lines += ['',
              '| model | dev accuracy | public reference (dev) | handout asks | wall time per stage (s; epochs where a time budget chose them) | pretraining: tokens/s, model FLOP utilisation (the FLOPs of the positions that can change the loss, over the command\'s wall time; and over its training alone) |',
              '|---|---|---|---|---|---|']
     for r in rows:
@@ -401,6 +432,16 @@ def save_timings(path, timings):
     os.replace(tmp, path)
 
 
+def threads_env(side):
+    """The environment of each step when `side` models train at once: torch's threads a share
+    of the cores (where OMP_NUM_THREADS does not already say), so that no model's steps wait on
+    another's; None (run_all's own) for one model at a time."""
+    if side == 1 or os.environ.get('OMP_NUM_THREADS'):
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
+    return dict(os.environ, OMP_NUM_THREADS=str(max(1, (cores or 1) // side)))
+
+
 def main():
     ap = OneLineParser(prog='python scripts/run_all.py', description=__doc__.split('\n')[0])
     ap.add_argument('--preset', default='handout', choices=sorted(PRESETS))
@@ -412,12 +453,17 @@ def main():
     ap.add_argument('--command', default=None, help=argparse.SUPPRESS)
     ap.add_argument('--time_budget', type=float, default=None, metavar='MINUTES',
                     help='end the whole run within MINUTES (shared among the training steps)')
+    ap.add_argument('--side_by_side', type=int, default=1, metavar='N',
+                    help='train up to N models at once, processes sharing the device and the '
+                         'cores (each its share of the threads); 1: one after another')
     ap.add_argument('run_flags', nargs=argparse.REMAINDER,
                     help='after --: flags passed to every run.py call (e.g. -- --device cuda --compile)')
     args = ap.parse_args()
     if args.time_budget is not None and not 0 < args.time_budget <= MAX_BUDGET_MINUTES:
         ap.error(f'argument --time_budget: must be a positive number of minutes up to '
                  f'{MAX_BUDGET_MINUTES} (a week), not {args.time_budget:g}')
+    if args.side_by_side < 1:
+        ap.error(f'argument --side_by_side: must be 1 or more, not {args.side_by_side}')
     flags = [f for f in args.run_flags if f != '--']
     if '--time_budget' in flags:
         ap.error('give the whole run\'s --time_budget before --, not to every run.py call')
@@ -446,39 +492,73 @@ def main():
         def predicted(name):  # both predictions files there: nothing of the model to run
             return not args.force and all(os.path.exists(os.path.join(out, files_of(name)[split]))
                                           for split in ('dev', 'test'))
-        plan = [(name, step, argv) for name in args.models if not predicted(name)
-                for step, argv in commands(name)
-                if args.force or not os.path.exists(os.path.join(out, output_of(argv)))]
-        for name in args.models:
-            if predicted(name):
-                print(f'skip {name}: its dev and test predictions exist')
-                continue
+        todo = {name: [step for step, argv in commands(name)
+                       if args.force or not os.path.exists(os.path.join(out, output_of(argv)))]
+                for name in args.models if not predicted(name)}
+        order = [name for name in args.models if name in todo]
+        lock = threading.Lock()  # timings and `todo`, shared by the models run side by side
+        side = max(1, min(args.side_by_side, len(order)))
+        env = threads_env(side)
+
+        def steps_after(name):
+            """The steps still to run after this model's next one that its budget leaves time
+            for: its own, and those of the models queued behind it (one after another: all the
+            others; side by side: a share of them)."""
+            queued = [s for other in order[order.index(name) + 1:] for s in todo[other]]
+            return todo[name][1:] + queued[:len(queued) // side]
+
+        def run_model(name):
+            say = (lambda text: print(text, flush=True)) if side == 1 else (lambda text: print(
+                '\n'.join(f'[{name}] {line}' for line in text.split('\n')), flush=True))
             for step, argv in commands(name):
                 target = os.path.join(out, output_of(argv))
                 if os.path.exists(target) and not args.force:
-                    print(f'skip {name} {step}: {os.path.relpath(target)} exists')
+                    say(f'skip {name} {step}: {os.path.relpath(target)} exists')
                     continue
                 if os.path.exists(target + '.ckpt'):  # interrupted mid-training: continue it
                     argv = argv + ['--resume']
-                todo = [s for _, s, _ in plan]
-                plan.pop(0)
                 budget = []
-                if args.time_budget is not None and step in BUDGET_WEIGHTS:
-                    minutes = stage_budget(deadline - time.time(), step, todo[1:])
-                    budget = ['--time_budget', f'{max(minutes, 0.001):.3f}', '--time_budget_share']
-                mine = timings.setdefault(name, {})
-                # seconds a call that was interrupted spent on this step, continued here
-                before = mine.pop(f'{step} so far', 0) if '--resume' in argv else 0
+                with lock:
+                    if args.time_budget is not None and step in BUDGET_WEIGHTS:
+                        minutes = stage_budget(deadline - time.time(), step, steps_after(name))
+                        budget = ['--time_budget', f'{max(minutes, 0.001):.3f}',
+                                  '--time_budget_share']
+                    todo[name].pop(0)
+                    mine = timings.setdefault(name, {})
+                    # seconds a call that was interrupted spent on this step, continued here
+                    before = mine.pop(f'{step} so far', 0) if '--resume' in argv else 0
 
                 def interrupted(seconds):
-                    mine[f'{step} so far'] = before + seconds
+                    with lock:
+                        mine[f'{step} so far'] = before + seconds
+                        save_timings(timing_file, timings)
+                seconds, stdout = run_step(argv + budget, out, log, run_flags, signals,
+                                           interrupted, env, say)
+                with lock:
+                    mine[step] = before + seconds
+                    epochs = epochs_trained(stdout)
+                    if epochs is not None:  # a time budget chose them: the report says how many
+                        mine[f'{step} epochs'] = epochs
                     save_timings(timing_file, timings)
-                seconds, stdout = run_step(argv + budget, out, log, run_flags, interrupted)
-                mine[step] = before + seconds
-                epochs = epochs_trained(stdout)
-                if epochs is not None:  # a time budget chose them: the report says how many
-                    mine[f'{step} epochs'] = epochs
-                save_timings(timing_file, timings)
+
+        for name in args.models:
+            if predicted(name):
+                print(f'skip {name}: its dev and test predictions exist')
+        with Signals() as signals:
+            if side == 1:
+                for name in order:
+                    run_model(name)
+            else:
+                # every model's steps one after another, up to `side` models at once; a step
+                # that fails or is stopped ends its model, the others finish theirs first
+                with ThreadPoolExecutor(max_workers=side) as pool:
+                    futures = [pool.submit(run_model, name) for name in order]
+                failed = [f.exception() for f in futures if f.exception() is not None]
+                if failed:
+                    raise failed[0]
+        timings['wall_seconds'] = time.time() - start  # (this call's; an earlier call's steps
+        timings['side_by_side'] = side                  # keep their own times)
+        save_timings(timing_file, timings)
     report(out, timings, flags, args.preset, args.models, args.out, args.time_budget, args.command)
 
 

@@ -304,7 +304,8 @@ import time
 sys.path.insert(0, {scripts!r})
 import run_all
 run_all.RUN = sys.argv[1]
-run_all.run_step(['pretrain'], sys.argv[2], sys.argv[3], [])
+with run_all.Signals() as signals:
+    run_all.run_step(['pretrain'], sys.argv[2], sys.argv[3], [], signals)
 '''
 
 
@@ -413,3 +414,49 @@ def test_the_commit_passed_in_names_a_copied_tree(tmp_path, monkeypatch):
     assert common.source_commit(str(copy)) == 'abc1234'
     # the name passed in wins over a .git: the GPU machines' copies carry the session's first one
     assert common.source_commit() == 'abc1234'
+
+
+def test_models_side_by_side_give_what_each_gives_alone(tmp_path, monkeypatch):
+    """--side_by_side 2: two models' steps run at once (each model's steps in their order, a
+    process each), and every output is what the models give one after another: the same
+    predictions byte for byte, the same params (a tiny corpus and question files in the output
+    folder, one epoch; the same threads in both, as the CPU sums in their order). The report
+    says how they ran, beside the command's wall time."""
+    import torch
+    from tiny_run import CORPUS, DEV, TRAIN, tsv
+    monkeypatch.setenv('OMP_NUM_THREADS', '1')
+    models = ['vanilla-nopretrain', 'rope']
+    outs = {}
+    for side in (1, 2):
+        out = tmp_path / f'side{side}'
+        out.mkdir()
+        (out / 'wiki.txt').write_text(CORPUS, encoding='utf-8')
+        (out / 'birth_places_train.tsv').write_text(tsv(TRAIN), encoding='utf-8')
+        (out / 'birth_dev.tsv').write_text(tsv(DEV), encoding='utf-8')
+        (out / 'birth_test_inputs.tsv').write_text(tsv(DEV[:4]), encoding='utf-8')
+        proc = subprocess.run(
+            [sys.executable, os.path.join(REPO, 'scripts', 'run_all.py'), '--out', str(out),
+             '--models', *models, '--side_by_side', str(side), '--', '--max_epochs', '1',
+             '--batch_size', '8', '--device', 'cpu'],
+            capture_output=True, text=True, encoding='utf-8', timeout=600,
+            env=dict(os.environ, PYTHONIOENCODING='utf-8'))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        outs[side] = out, proc.stdout
+    (alone, _), (together, stdout) = outs[1], outs[2]
+    outputs = [f for name in models for f in run_all.files_of(name).values()]
+    for name in outputs:
+        if name.endswith('.predictions'):
+            assert (together / name).read_bytes() == (alone / name).read_bytes(), name
+        else:
+            a, b = (torch.load(d / name, weights_only=True) for d in (alone, together))
+            assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
+    # both models' first steps started before either's output came back
+    lines = stdout.splitlines()
+    started = [i for i, line in enumerate(lines) if '] + python src/run.py' in line]
+    answered = [i for i, line in enumerate(lines) if line.startswith('[') and '+ python' not in line]
+    assert {lines[i].split(']')[0] for i in started[:2]} == {'[vanilla-nopretrain', '[rope'}
+    assert max(started[:2]) < min(answered)
+    for side, (out, _) in outs.items():
+        info = json.loads((out / 'report.json').read_text(encoding='utf-8'))
+        assert info['side_by_side'] == side and info['wall_seconds'] > 0
+        assert ('side by side' in (out / 'report.md').read_text(encoding='utf-8')) == (side == 2)

@@ -138,7 +138,7 @@ def fast_steps(gpt, data, batch, steps, device, compile_model, path=None, precis
         first, last = steps, 2 * steps + 1
     timed = trainer.Trainer(gpt, Subset(data, range(n)), None, trainer.TrainerConfig(**conf))
     clock = StepClock(device, last, first)
-    timed.callbacks.append(clock)
+    timed.run.callbacks.append(clock)
     timed.train()
     kernel = next((m.cpu_kernel for m in gpt.modules() if hasattr(m, 'cpu_kernel')), None)
     per_step = (clock.marks[-1] - clock.marks[0]) / (last - first)

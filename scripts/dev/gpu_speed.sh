@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The next loan's calls for #53 (docs/gpu.md): the faster arithmetics under CUDA graphs.
+# The next GPU calls (docs/gpu.md): #53's faster arithmetics under CUDA graphs; #69's side by side.
 #   bash scripts/dev/gpu_speed.sh 1 SHA   # CUDA tests of the recorded steps and of run.py end to
 #                                         # end in the GPU defaults, of packed rows attending in
 #                                         # groups; profile_step.py: where the pretraining step's
@@ -16,13 +16,17 @@
 #                                         # pretraining, vanilla, synthesizer, perceiver, rope)
 #                                         # in one run_all under --compile graphs and the flags
 #                                         # given, e.g. --precision bf16 (<= 9.5 min)
+#   bash scripts/dev/gpu_speed.sh 4 SHA [RUN.PY FLAGS]   # #69: the whole assignment side by
+#                                         # side (--side_by_side 7: every model at once, the
+#                                         # perceiver at 6e-4 and at its starter's 6e-3), in the
+#                                         # GPU default fp32 and the flags given (<= 9.5 min)
 # SHA: the commit of the tree sent (the lent machine's copy carries a stale .git). Writes
 # $OUT/callN.txt (what it printed) and $OUT/callN.tgz (logs, reports, predictions; no params),
 # also when a timeout stops a step. Work in runs/gpu_speed/.
 set -u
 cd "$(dirname "$0")/../.."  # the repository root: the paths below are its
-call=${1:?call 1, 2 or 3}; export A5_COMMIT=${2:?the commit of the tree} PYTHONUNBUFFERED=1
-case $call in 1|2|3) ;; *) echo "error: the call is 1, 2 or 3, not '$call'" >&2; exit 2 ;; esac
+call=${1:?call 1, 2, 3 or 4}; export A5_COMMIT=${2:?the commit of the tree} PYTHONUNBUFFERED=1
+case $call in 1|2|3|4) ;; *) echo "error: the call is 1, 2, 3 or 4, not '$call'" >&2; exit 2 ;; esac
 py=${PYTHON:-python3}  # the lent machines' python3 holds CUDA torch
 "$py" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 2)' 2>/dev/null ||
   { echo "error: $py's torch sees no GPU (gpu_speed.sh is for a lent GPU machine)" >&2; exit 2; }
@@ -60,5 +64,13 @@ elif [ "$call" = 3 ]; then
   timeout 570 "$py" scripts/run_all.py --preset handout --out "$work/all" -- --device cuda \
     --compile graphs "$@" > "$work/all.stdout.log" 2>&1
   echo "rc $?" >> "$work/all.stdout.log"; grep -a "^| " "$work/all/report.md" | tee -a "$summary"
+elif [ "$call" = 4 ]; then
+  shift 2
+  say "run_all, the whole assignment side by side (7 models at once), --device cuda $*"
+  timeout 570 "$py" scripts/run_all.py --preset handout --side_by_side 7 --out "$work/side" \
+    --models vanilla-nopretrain vanilla synthesizer perceiver rope perceiver-starter -- \
+    --device cuda "$@" > "$work/side.stdout.log" 2>&1
+  echo "rc $?" >> "$work/side.stdout.log"
+  grep -a "^| \|wall time" "$work/side/report.md" | tee -a "$summary"
 fi
 say end

@@ -40,6 +40,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN = os.path.join(REPO, 'src', 'run.py')
 sys.path.insert(0, os.path.join(REPO, 'src'))
 from engine.common import MAX_BUDGET_MINUTES, OneLineParser, source_commit  # noqa: E402
+from engine.cpu_load import usable_cores  # noqa: E402
 from engine.datafiles import resolve  # noqa: E402
 from engine.paths import out_folder_problem  # noqa: E402
 from engine.presets import BLOCK_SIZE, PRESETS, mix, model_values  # noqa: E402
@@ -438,8 +439,7 @@ def threads_env(side):
     another's; None (run_all's own) for one model at a time."""
     if side == 1 or os.environ.get('OMP_NUM_THREADS'):
         return None
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
-    return dict(os.environ, OMP_NUM_THREADS=str(max(1, (cores or 1) // side)))
+    return dict(os.environ, OMP_NUM_THREADS=str(max(1, usable_cores() // side)))
 
 
 def main():

@@ -19,13 +19,11 @@ from torch.optim.lr_scheduler import LambdaLR  # noqa: F401 (the starter imports
 from torch.utils.data.dataloader import DataLoader
 
 from engine import loop  # [engine]
-# [engine] the loop's parts under the names the scripts and tests know them by
-from engine.loop import lr_multiplier, make_optimizer, optimizer_groups, train_step  # [engine]  # noqa: F401
-from engine.progress import LossNotFinite, Progress  # [engine]  # noqa: F401
 
 logger = logging.getLogger(__name__)
 
-class TrainerConfig:
+#[2021-22 2022-23 2024-25] class TrainerConfig:
+class TrainerConfig(loop.Settings):  # [engine] the engine's settings, their defaults in loop.py
     # optimization parameters
     max_epochs = 10
     batch_size = 64
@@ -41,25 +39,6 @@ class TrainerConfig:
     ckpt_path = None
     num_workers = 0 # for DataLoader
     writer = None  # [2022-23 2024-25]
-    # [engine] The engine's settings. engine: its loop (False: the starter's below). The starter
-    # [engine] decays by name whatever the comment above says (optimizer_groups); the CPU presets
-    # [engine] keep minGPT's 'matmul' rule and a shuffle, with which they were tuned.
-    engine = True  # [engine]
-    decay_rule, shuffle = 'names', False  # [engine]
-    cpu_workers = 0  # [engine] DataLoader worker processes on a CPU too (they take its cores)
-    # [engine] How the steps run (device, precision, compile, padding, log reads), resume
-    # [engine] (resume_path every checkpoint_every epochs, checkpoint_seconds apart), the time
-    # [engine] budget (engine/budget.py: seconds from start_time, and what may grow or follow),
-    # [engine] threads (follow_load), runs under load (under_load), decay_share (CPU recipes).
-    device, compile = 'cpu', False  # [engine]
-    precision = 'fp32'  # [engine] 'fp32', 'tf32' (GPU), 'bf16' (autocast), 'auto' (engine/plan.py)
-    path_cache = None  # [engine] where 'auto' remembers its measured choices (a JSON file)
-    pad_multiple = 8  # [engine] trimmed lengths rounded up to this (fewer shapes to compile)
-    pack_multiple, pack_groups = 0, 1  # [engine] a GPU's packed positions: fastpath.layout
-    log_every = 1  # [engine] read losses back every N steps (a GPU sync); tensorboard gets all
-    resume_path, resume, checkpoint_every, checkpoint_seconds = None, False, 0, 0  # [engine]
-    time_budget, start_time, budget_may_grow, budget_after = None, None, False, 0  # [engine]
-    follow_load, under_load, decay_share, smaller = False, None, None, None  # [engine]
 
     def __init__(self, **kwargs):
         for k,v in kwargs.items():

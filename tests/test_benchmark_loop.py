@@ -46,7 +46,7 @@ def test_the_stand_in_loop_trains_every_step_either_way():
         assert idle >= 0 and at_starts >= 0
         assert benchmark_loop.receive(data, 1, mode, count=3, pause=0.0) > 0
     assert batches.Batches.across is True and batches.Batches.as_bytes is True  # put back
-    assert benchmark_loop.trainer.Progress is benchmark_loop.progress.Progress
+    assert benchmark_loop.loop.Progress is benchmark_loop.progress.Progress
 
 
 def test_the_report_gives_a_row_per_configuration_and_the_receive_costs():

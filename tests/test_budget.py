@@ -62,7 +62,7 @@ def slow_steps(monkeypatch, seconds):
     a function of the number of steps taken so far for a machine whose pace changes): returns the
     clock, for the runs' Trainer(clock=...)."""
     clock = FakeClock()
-    real_step = trainer.train_step
+    real_step = loop.train_step
     taken = []
 
     def slow_step(*args):
@@ -374,7 +374,7 @@ def planned(args, data, clock):
     """run.py's model and plan for `args` on `data`: (plan, the model it trains)."""
     gpt, smaller = preset_model(args, len(data.stoi), data.block_size)
     tconf = stage_config(args, 'pretrain', len(data))
-    return planning.make(gpt, data, tconf, trainer.train_step, trainer.make_optimizer,
+    return planning.make(gpt, data, tconf, loop.train_step, loop.make_optimizer,
                          clock=clock, smaller=smaller)
 
 

@@ -23,7 +23,7 @@ import torch
 from torch.nn import functional as F
 
 import attention
-from engine import fastpath
+from engine import fastpath, loop
 from engine import plan as planning
 from conftest import LossLog
 from engine import batches
@@ -278,7 +278,7 @@ def test_cpu_bf16_training_takes_the_written_out_math(data):
     plain = tiny(pre.vocab_size, {}, fast=False, skip_padding=False, dropout=0.0)
     plain.load_state_dict(fast.state_dict())
     config = trainer.TrainerConfig(precision='bf16', batch_size=8)
-    plan, _ = planning.make(fast, pre, config, trainer.train_step, trainer.make_optimizer)
+    plan, _ = planning.make(fast, pre, config, loop.train_step, loop.make_optimizer)
     assert plan.precision == 'bf16' and plan.how is None
     assert {m.cpu_kernel for m in fast.modules() if hasattr(m, 'cpu_kernel')} == {False}
     losses = {}

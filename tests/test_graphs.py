@@ -158,7 +158,7 @@ def test_a_budget_plans_at_the_pace_of_recorded_steps(name_data, monkeypatch, ca
                     replaying.pop()
             return timed_replay, loss
 
-    real = trainer.train_step
+    real = loop.train_step
 
     def step(*args):
         clock.now += 0.01 if replaying else 0.1

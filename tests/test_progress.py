@@ -69,7 +69,7 @@ def test_a_checkpoint_is_never_written_after_a_loss_not_read(tmp_path, monkeypat
     from engine import progress
     monkeypatch.setattr(loop, 'Progress', lambda *a, **k: progress.Progress(
         *a, **dict(k, lag=True)))
-    real_step, steps = trainer.train_step, []
+    real_step, steps = loop.train_step, []
 
     def step(*args):
         steps.append(len(steps))

@@ -21,6 +21,7 @@ import torch
 import dataset
 import model
 import trainer
+from engine import loop
 import utils
 
 from conftest import REPO, RUN
@@ -517,7 +518,7 @@ def test_a_resumed_run_takes_the_interrupted_runs_plan(tmp_path, monkeypatch):
     monkeypatch.setattr(cpu_paths, 'choose', measured)
     gpt = make()
     plan, _ = planning.make(gpt, data, trainer.TrainerConfig(**values, resume=True),
-                            trainer.train_step, trainer.make_optimizer, say=lambda *a, **k: None)
+                            loop.train_step, loop.make_optimizer, say=lambda *a, **k: None)
     assert (plan.precision, plan.kernel) == chosen and 'checkpoint' in plan.how
     assert all(m.cpu_kernel is False for m in gpt.modules() if hasattr(m, 'cpu_kernel'))
 

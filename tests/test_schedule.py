@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 
-from engine import batches
+from engine import batches, loop
 import dataset
 import model
 from engine import presets
@@ -34,13 +34,13 @@ def test_lr_multiplier_is_the_handouts(warmup, final):
               (warmup + final) // 2, final - 1, final, final + 1, int(final * 1.5), final * 3}
     points |= {int(t) for t in torch.linspace(0, final * 1.2, 97).tolist()}
     for t in sorted(points):
-        assert trainer.lr_multiplier(t, conf) == pytest.approx(handout_lr_mult(t, warmup, final),
+        assert loop.lr_multiplier(t, conf) == pytest.approx(handout_lr_mult(t, warmup, final),
                                                                rel=1e-12, abs=1e-15), t
 
 
 def test_lr_multiplier_shape():
     conf = trainer.TrainerConfig(warmup_tokens=1000, final_tokens=11000)
-    f = lambda t: trainer.lr_multiplier(t, conf)  # noqa: E731
+    f = lambda t: loop.lr_multiplier(t, conf)  # noqa: E731
     assert f(0) == 0.0
     assert f(500) == pytest.approx(0.5)
     assert f(1000) == pytest.approx(1.0)
@@ -68,16 +68,16 @@ def test_a_decay_share_holds_the_peak_then_goes_straight_down():
                                  max_epochs=10)
     for plan in (conf, Schedule(conf)):  # the config as asked, and the run's schedule
         for t in range(0, 12001, 37):
-            assert trainer.lr_multiplier(t, plan) == pytest.approx(
+            assert loop.lr_multiplier(t, plan) == pytest.approx(
                 stable_then_decay(t, 1000, 11000, 0.2), rel=1e-9, abs=1e-12), t
-    f = lambda t: trainer.lr_multiplier(t, conf)  # noqa: E731
+    f = lambda t: loop.lr_multiplier(t, conf)  # noqa: E731
     assert f(8999) == 1.0 and f(10000) == pytest.approx(0.5) and f(11000) == pytest.approx(0.1)
     # a budget's re-plan lays the rest of the schedule over other epochs: the line still starts
     # from the peak where the shortened schedule's last fifth begins
     plan = Schedule(conf)
     plan.relaid = (5000, 0.4, 7000, 1.0)  # from progress 0.4 at 5,000 tokens to the end at 7,000
-    assert trainer.lr_multiplier(6000, plan) == pytest.approx(1.0)  # progress 0.7
-    assert trainer.lr_multiplier(6666, plan) == pytest.approx((1 - (0.4 + 0.6 * 1666 / 2000)) / 0.2)
+    assert loop.lr_multiplier(6000, plan) == pytest.approx(1.0)  # progress 0.7
+    assert loop.lr_multiplier(6666, plan) == pytest.approx((1 - (0.4 + 0.6 * 1666 / 2000)) / 0.2)
 
 
 def test_trainer_config_defaults():
@@ -113,7 +113,7 @@ def test_optimizer_groups_by_the_handout_s_names(kw):
     one. No name here contains "LayerNorm": LayerNorm weights, embeddings, pos_emb, the
     synthesizer's b2 and the perceiver's C are decayed."""
     gpt = tiny_gpt(**kw)
-    groups = trainer.optimizer_groups(gpt, 0.1)
+    groups = loop.optimizer_groups(gpt, 0.1)
     assert [g['weight_decay'] for g in groups] == [0.1, 0.0]
     names = {id(p): n for n, p in gpt.named_parameters()}
     decayed = [names[id(p)] for p in groups[0]['params']]
@@ -132,7 +132,7 @@ def test_optimizer_groups_by_the_handout_s_names(kw):
 def test_optimizer_groups_by_mingpt_s_rule(kw):
     """minGPT's rule (the CPU presets'): the matmul weights only."""
     gpt = tiny_gpt(**kw)
-    groups = trainer.optimizer_groups(gpt, 0.1, 'matmul')
+    groups = loop.optimizer_groups(gpt, 0.1, 'matmul')
     assert [g['weight_decay'] for g in groups] == [0.1, 0.0]
     ids = [id(p) for g in groups for p in g['params']]
     assert len(ids) == len(set(ids))  # nothing twice
@@ -163,10 +163,10 @@ def test_optimizer_groups_refuse_a_parameter_no_rule_places():
     gpt = tiny_gpt()
     gpt.blocks[1].attn.gate = torch.nn.Parameter(torch.zeros(3))
     with pytest.raises(ValueError, match=r'blocks\.1\.attn\.gate \(CausalSelfAttention\)'):
-        trainer.optimizer_groups(gpt, 0.1, 'matmul')
+        loop.optimizer_groups(gpt, 0.1, 'matmul')
     type(gpt.blocks[1].attn).weight_decay = {'gate': False}
     try:
-        groups = trainer.optimizer_groups(gpt, 0.1, 'matmul')
+        groups = loop.optimizer_groups(gpt, 0.1, 'matmul')
     finally:
         del type(gpt.blocks[1].attn).weight_decay
     assert any(p is gpt.blocks[1].attn.gate for p in groups[1]['params'])

@@ -44,7 +44,7 @@ from engine import cpu_paths  # noqa: E402
 import dataset  # noqa: E402
 from engine import devices  # noqa: E402
 import model  # noqa: E402
-from engine import presets  # noqa: E402
+from engine import loop, presets  # noqa: E402
 import trainer  # noqa: E402
 import utils  # noqa: E402
 from engine.datafiles import resolve  # noqa: E402
@@ -74,7 +74,7 @@ def epoch_after_epoch(loader):
 def plain_steps(gpt, data, batch, steps, device):
     """The handout's Trainer loop body, fp32, for `steps` steps; returns seconds per step."""
     gpt.to(device).train()
-    opt = torch.optim.AdamW(trainer.optimizer_groups(gpt, 0.1), lr=6e-4, betas=(0.9, 0.95))
+    opt = torch.optim.AdamW(loop.optimizer_groups(gpt, 0.1), lr=6e-4, betas=(0.9, 0.95))
     loader = DataLoader(data, batch_size=batch, shuffle=True, num_workers=0)
     it = epoch_after_epoch(loader)
     times = []

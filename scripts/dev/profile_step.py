@@ -29,7 +29,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchmark  # noqa: E402  (its sys.path holds src/)
-from engine import graphs, presets  # noqa: E402
+from engine import graphs, loop, presets  # noqa: E402
 from engine.batches import batch_indices, collate  # noqa: E402
 from engine.datafiles import resolve  # noqa: E402
 from engine.devices import autocast  # noqa: E402
@@ -127,11 +127,11 @@ def measure(wiki, batches, device, precision, attention, pack, preset, recorded,
                                                   pack_multiple=pack, pack_groups=groups)[0]
         cast = autocast(device, precision)
         gpt = fresh()
-        optimizer = trainer.make_optimizer(gpt, config, 6e-4)
+        optimizer = loop.make_optimizer(gpt, config, 6e-4)
         out['calls'] = out['replay'] = None
         out['replayed'] = []
         if recorded:
-            steps = graphs.CapturedSteps(trainer.train_step)
+            steps = graphs.CapturedSteps(loop.train_step)
             call = lambda b: steps(gpt, optimizer, cast, *b, config, torch.device(device))  # noqa: E731
             for b in batches + batches:  # every shape and size recorded
                 call(b)
@@ -144,8 +144,8 @@ def measure(wiki, batches, device, precision, attention, pack, preset, recorded,
             out['replayed'] = kernels_of(prof, device)
         eager = trainer.TrainerConfig(**{**vars(config), 'compile': False})
         gpt = fresh()
-        optimizer = trainer.make_optimizer(gpt, eager, 6e-4)
-        step = lambda b: trainer.train_step(gpt, optimizer, cast, *b, eager, torch.device(device))  # noqa: E731
+        optimizer = loop.make_optimizer(gpt, eager, 6e-4)
+        step = lambda b: loop.train_step(gpt, optimizer, cast, *b, eager, torch.device(device))  # noqa: E731
         for b in batches[:2]:
             step(b)
         with torch.profiler.profile(activities=activities(device)) as prof:

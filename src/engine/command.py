@@ -379,8 +379,9 @@ def settings_line(args, device_type, environ=os.environ):
         defaults = []
         if args.compile == 'graphs' and 'compile' not in typed:
             defaults.append('--compile graphs')
-        if pack_multiple(args, args.function) and 'pack_multiple' not in typed:
-            defaults.append(f'--pack_multiple {pack_multiple(args, args.function)}')
+        packs = pack_multiple(args, args.function)
+        if packs and 'pack_multiple' not in typed:
+            defaults.append(f'--pack_multiple {packs}')
         if defaults:
             parts.append(f'a GPU\'s defaults {" ".join(defaults)} (the same function, other '
                          'dropout draws than eager steps: --compile none --pack_multiple 0)')

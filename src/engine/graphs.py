@@ -77,7 +77,7 @@ class CudaGraphs:
 
 
 class CapturedSteps:
-    """Called as trainer.train_step is (and returning the same: the batch's mean loss, a device
+    """Called as loop.train_step is (and returning the same: the batch's mean loss, a device
     tensor of its own); `step` is train_step itself."""
 
     def __init__(self, step):

@@ -25,6 +25,29 @@ from engine.progress import Progress
 from engine.weight_decay import matmul_groups
 
 
+class Settings:
+    """The engine's settings of a run, the defaults under the handout's TrainerConfig (its base
+    class): its own settings are the starter's, these say how the engine runs them."""
+    # engine: this loop (False: the starter's own, in trainer.py). decay_rule, shuffle: the
+    # starter decays by name and takes the batches in order; the CPU presets keep minGPT's
+    # 'matmul' rule and a shuffle, with which they were tuned. cpu_workers: DataLoader worker
+    # processes on a CPU too (they take its cores)
+    engine, decay_rule, shuffle, cpu_workers = True, 'names', False, 0
+    # how the steps run: the device, 'fp32', 'tf32' (a GPU's), 'bf16' (autocast) or 'auto'
+    # (measured: plan.py, remembered in path_cache), compiled or not, trimmed lengths rounded up
+    # to pad_multiple (fewer shapes), a GPU's packed positions (fastpath.layout), the losses read
+    # back every log_every steps (a GPU sync; tensorboard still gets every step)
+    device, precision, path_cache, compile = 'cpu', 'fp32', None, False
+    pad_multiple, pack_multiple, pack_groups, log_every = 8, 0, 1, 1
+    # resume (resume_path every checkpoint_every epochs, checkpoint_seconds apart); the time
+    # budget (budget.py: seconds from start_time, and what may grow or follow); threads that
+    # follow the load; runs measured under load (presets.py); a CPU recipe's decay_share and its
+    # model for slow machines
+    resume_path, resume, checkpoint_every, checkpoint_seconds = None, False, 0, 0
+    time_budget, start_time, budget_may_grow, budget_after = None, None, False, 0
+    follow_load, under_load, decay_share, smaller = False, None, None, None
+
+
 def lr_multiplier(tokens, plan):
     """The handout's schedule: linear warmup over warmup_tokens, then cosine down to a floor of
     10% at final_tokens; `tokens` counts every target position, padding included. `plan`: the

@@ -14,7 +14,7 @@ def median(values):
 
 
 class StepTimer:
-    """Times `step` (the handout's, trainer.train_step) of `model` on the first batches of a
+    """Times `step` (the handout's, loop.train_step) of `model` on the first batches of a
     fixed shuffle of `dataset`, changing nothing: the steps use an optimizer of their own
     (`optimizer(model, config, 0.0)`: lr 0), and the weights and the random states are put back."""
 

@@ -86,7 +86,7 @@ class Plan:
 def make(model, dataset, config, step, optimizer, clock=time.time, cpu_times=cpu_load.cpu_times,
          smaller=None, say=print):
     """The plan for training `model` on `dataset` with TrainerConfig `config`, measured with the
-    handout's `step` and `optimizer` (trainer.train_step, trainer.make_optimizer) on `clock` and
+    handout's `step` and `optimizer` (loop.train_step, loop.make_optimizer) on `clock` and
     the CPU counters `cpu_times` (tests drive their own). smaller: (build, below_steps) of a CPU
     recipe's slow-machine model: build() is trained instead where the model fits fewer than
     below_steps steps into the budget (and fewer than asked). Returns (plan, the model to train)."""

@@ -1,7 +1,7 @@
 """Engine (free to change): minGPT's weight-decay rule.
 
 minGPT's weight-decay rule, with which the CPU presets were tuned (engine, not the handout:
-the handout's trainer decays by name, trainer.optimizer_groups)."""
+the handout's trainer decays by name, loop.optimizer_groups)."""
 import torch
 
 

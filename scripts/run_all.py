@@ -352,8 +352,9 @@ def report(out, timings, flags, preset, models=DEFAULT_MODELS, out_arg=None, tim
                          public=public, handout_minimum=minimum,
                          pretraining=pretraining_pace(out, name, device)))
     wall, side = timings.get('wall_seconds'), timings.get('side_by_side', 1)
+    calls = timings.get('calls', 1)
     info = dict(preset=preset, flags=flags, device=device, commit=source_commit(),
-                wall_seconds=wall, side_by_side=side,
+                wall_seconds=wall, calls=calls, side_by_side=side,
                 seed=int(flags[flags.index('--seed') + 1]) if '--seed' in flags else 0,
                 date=time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime()), models=rows,
                 readings={name: READINGS[name] for name in models if name in READINGS})
@@ -370,7 +371,9 @@ def report(out, timings, flags, preset, models=DEFAULT_MODELS, out_arg=None, tim
              f'- date: {info["date"]}',
              f'- command: `{info["command"]}`']
     if wall is not None:
-        lines.append(f'- the command\'s wall time: {wall:.0f} s, '
+        lines.append(f'- the command\'s wall time: {wall:.0f} s'
+                     + (f' over {calls} calls (each interrupted one continued by the next)'
+                        if calls > 1 else '') + ', '
                      + ('the models one after another' if side == 1 else
                         f'up to {side} models trained side by side (processes sharing the '
                         'device and the cores)'))
@@ -544,20 +547,30 @@ def main():
         for name in args.models:
             if predicted(name):
                 print(f'skip {name}: its dev and test predictions exist')
-        with Signals() as signals:
-            if side == 1:
-                for name in order:
-                    run_model(name)
-            else:
-                # every model's steps one after another, up to `side` models at once; a step
-                # that fails or is stopped ends its model, the others finish theirs first
-                with ThreadPoolExecutor(max_workers=side) as pool:
-                    futures = [pool.submit(run_model, name) for name in order]
-                failed = [f.exception() for f in futures if f.exception() is not None]
-                if failed:
-                    raise failed[0]
-        timings['wall_seconds'] = time.time() - start  # (this call's; an earlier call's steps
-        timings['side_by_side'] = side                  # keep their own times)
+        # an interrupted call's wall time: this call continues that command, and its time counts
+        earlier = {key: timings.pop(f'{key} so far', 0) for key in ('wall_seconds', 'calls')}
+        try:
+            with Signals() as signals:
+                if side == 1:
+                    for name in order:
+                        run_model(name)
+                else:
+                    # every model's steps one after another, up to `side` models at once; a step
+                    # that fails or is stopped ends its model, the others finish theirs first
+                    with ThreadPoolExecutor(max_workers=side) as pool:
+                        futures = [pool.submit(run_model, name) for name in order]
+                    failed = [f.exception() for f in futures if f.exception() is not None]
+                    if failed:
+                        raise failed[0]
+        except SystemExit as e:
+            if e.code == 130:  # stopped: the same command continues later
+                timings['wall_seconds so far'] = earlier['wall_seconds'] + time.time() - start
+                timings['calls so far'] = earlier['calls'] + 1
+                save_timings(timing_file, timings)
+            raise
+        timings['wall_seconds'] = earlier['wall_seconds'] + time.time() - start
+        timings['calls'] = earlier['calls'] + 1
+        timings['side_by_side'] = side
         save_timings(timing_file, timings)
     report(out, timings, flags, args.preset, args.models, args.out, args.time_budget, args.command)
 

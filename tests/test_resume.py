@@ -9,6 +9,7 @@
 All runs are tiny (tiny_run.py): one to a few epochs, fp32 on the CPU.
 """
 import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -151,6 +152,16 @@ def test_sigterm_then_resume_matches_the_uninterrupted_run(tmp_path):
     assert ckpt['step'] >= 1 and ckpt['step'] == ckpt['epoch'] * 5 + ckpt['it']
     assert ckpt['tokens'] == 127 * (ckpt['epoch'] * DOCUMENTS + ckpt['it'] * 8)
     assert_same_params(ref / 'pt.params', d / 'pt.params')
+    # the resumed run's record counts the interrupted call's time too: its tokens are the
+    # whole run's, and dividing them by the last call's seconds alone overstated its pace
+    spent = ckpt['spent']
+    assert spent['calls'] == 1 and 0 < spent['training'] < spent['seconds']
+    resumed = json.loads((d / 'pt.params.run.json').read_text())
+    whole = json.loads((ref / 'pt.params.run.json').read_text())
+    assert resumed['calls'] == 2 and whole['calls'] is None
+    assert resumed['tokens'] == whole['tokens']
+    assert resumed['seconds'] > spent['seconds']
+    assert resumed['phases']['training'] > spent['training']
 
 
 def test_a_sigterm_to_the_whole_process_group_with_workers_still_writes_the_checkpoint(tmp_path):

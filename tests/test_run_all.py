@@ -378,12 +378,20 @@ def test_a_step_continued_by_a_later_call_is_timed_over_both(tmp_path):
     assert 'evaluate-dev' in timings['london']  # kept though the first step was interrupted
     so_far = timings['vanilla']['pretrain so far']
     assert so_far >= 0.3
+    wall_so_far = timings['wall_seconds so far']
+    assert wall_so_far >= so_far and timings['calls so far'] == 1
     second = subprocess.run([sys.executable, '-c', driver], capture_output=True, text=True)
     assert second.returncode == 0, second.stderr
     assert '--resume' in second.stdout
     timings = json.loads((out / 'timings.json').read_text())
     assert 'pretrain so far' not in timings['vanilla']
     assert timings['vanilla']['pretrain'] >= so_far + 0.2  # both calls' seconds
+    # the command's wall time is both calls' too (it was the last call's alone)
+    assert 'wall_seconds so far' not in timings and timings['calls'] == 2
+    assert timings['wall_seconds'] >= wall_so_far + 0.2
+    report = json.loads((out / 'report.json').read_text())
+    assert report['calls'] == 2 and report['wall_seconds'] == timings['wall_seconds']
+    assert 'over 2 calls' in (out / 'report.md').read_text()
     # a model with a step left runs that step only
     (out / 'vanilla.pretrain.test.predictions').unlink()
     third = subprocess.run([sys.executable, '-c', driver], capture_output=True, text=True)

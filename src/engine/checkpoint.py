@@ -9,6 +9,7 @@ state. It is written every `checkpoint_every` epochs and when a first Ctrl-C or 
 """
 import signal
 import threading
+import time
 
 import torch
 
@@ -21,6 +22,17 @@ from engine.devices import random_states, set_random_states
 # of a second, and a checkpoint of the model and AdamW (written and synced) every few epochs would
 # be a real share of a short run (Resumable.due)
 GPU_SECONDS = 30
+
+
+def spent(run):
+    """The calls this run has taken so far and their seconds (the whole command's, and its
+    training's alone), this call's up to now included: a resumed run's record counts them all,
+    or its tokens would be divided by the last call's time alone."""
+    now, start = time.time(), run.config.start_time
+    training = run.progress.start_time if run.progress is not None else None
+    return dict(calls=run.before['calls'] + 1,
+                seconds=run.before['seconds'] + (now - start if start is not None else 0.0),
+                training=run.before['training'] + (now - training if training is not None else 0.0))
 
 
 class TrainingInterrupted(Exception):
@@ -114,6 +126,7 @@ class Resumable:
             'generator': generator_state, 'random': randoms,
             'batch_size': config.batch_size, **run.schedule.state_dict(),
             'plan': run.plan.record(),  # (a resumed run goes on with it: plan.make)
+            'spent': spent(run),
         }
         atomic_write(config.resume_path, lambda tmp: torch.save(state, tmp))
         self.saved_at = run.clock()
@@ -143,6 +156,7 @@ class Resumable:
             # a budgeted run continues the plan it made, not a new one
             run.schedule.load_state_dict(state)
         run.tokens, run.step = state['tokens'], state['step']
+        run.before = dict(state.get('spent') or run.before)
         run.generator.set_state(state['generator'])
         randoms, rank = state.get('random'), run.rank
         if randoms is None:  # written before the states were kept per rank

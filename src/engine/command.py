@@ -503,16 +503,17 @@ def trainer_config(args, stage, tconf, schedule_length, device, writer=None):
     return tconf
 
 
-def write_record(args, output, device, **used):
+def write_record(args, output, device, seconds_before=0.0, **used):
     """Beside `output` (the params or predictions written), `output`.run.json: the settings this
     command actually used (the preset's and the flags', and what the run chose or planned on the
-    way), for whoever reads the output later. Not read back by any command."""
+    way), for whoever reads the output later. Not read back by any command. seconds_before:
+    what the interrupted calls of a resumed run spent (its seconds are all its calls')."""
     record = dict(function=args.function, variant=args.variant, preset=args.preset,
                   edition=args.edition, commit=common.source_commit(), torch=torch.__version__,
                   device=str(device), seed=dict(zip(('python', 'torch'), seeds(args))),
                   reading_params_path=args.reading_params_path,
                   bottleneck_dim=bottleneck_of(args),
-                  **used, seconds=round(time.time() - args.started, 1))
+                  **used, seconds=round(seconds_before + time.time() - args.started, 1))
 
     def write(tmp):
         with open(tmp, 'w', encoding='utf-8') as f:
@@ -521,15 +522,16 @@ def write_record(args, output, device, **used):
     common.atomic_write(output + '.run.json', write)
 
 
-def phases(args, progress):
+def phases(args, progress, before=0.0):
     """Seconds of the command so far: importing (torch's and ours), setting up (the data, the
-    model, the device, the plan), training (the steps and what the epochs' ends do) and after
-    (the params written); where the parts of a short GPU stage go."""
+    model, the device, the plan), training (the steps and what the epochs' ends do; with
+    `before`, the interrupted calls' training) and after (the params written); where the parts
+    of a short GPU stage go."""
     start, end = progress.start_time, progress.end_time
     if start is None or end is None or not args.started <= IMPORTED <= start <= end:
         return None
     return dict(imports=round(IMPORTED - args.started, 1), setup=round(start - IMPORTED, 1),
-                training=round(end - start, 1), after=round(time.time() - end, 1))
+                training=round(before + end - start, 1), after=round(time.time() - end, 1))
 
 
 def predict(gpt, prompts, vocab, device, precision='fp32', batch_size=256):
@@ -582,7 +584,9 @@ def save_params(args, run):
         if os.path.exists(tconf.resume_path):
             os.remove(tconf.resume_path)
     budget = None if tconf.time_budget is None else tconf.time_budget / 60
-    write_record(args, path, run.device, stage=args.stage, precision=run.precision,
+    earlier = run.before  # (a resumed run: its interrupted calls, whose seconds count too)
+    write_record(args, path, run.device, seconds_before=earlier['seconds'],
+                 stage=args.stage, precision=run.precision,
                  plan=run.plan.record(),
                  learning_rate=tconf.learning_rate, batch_size=tconf.batch_size,
                  weight_decay=tconf.weight_decay, decay_rule=tconf.decay_rule,
@@ -598,7 +602,8 @@ def save_params(args, run):
                  epochs_planned=run.schedule.max_epochs, epochs_trained=run.epochs_trained,
                  steps=run.step, tokens=run.tokens,
                  epoch_seconds=[round(t, 2) for t in run.epoch_seconds] or None,
-                 phases=phases(args, run.progress),
+                 phases=phases(args, run.progress, earlier['training']),
+                 calls=earlier['calls'] + 1 if earlier['calls'] else None,
                  epoch_walls=[round(t, 3) for t in run.epoch_walls] or None,
                  others_share=run.others_share and round(run.others_share, 4))
 

@@ -129,6 +129,8 @@ class Run:
         # the record's figures the extras measure: each epoch's seconds as the budget paced them
         # and on the wall clock, the share of the CPUs other processes used
         self.epoch_seconds, self.epoch_walls, self.others_share = [], [], None
+        # what the interrupted calls before this one spent (checkpoint.spent; a resume sets it)
+        self.before = dict(calls=0, seconds=0.0, training=0.0)
 
 
 def save(run, model):

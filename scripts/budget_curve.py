@@ -1,7 +1,7 @@
 """Dev accuracy against time budget: the whole pipeline (run_all.py) under several budgets.
 
     python scripts/budget_curve.py --budgets 10 20 45            # the cpu-rehearsal recipe, vanilla
-    python scripts/budget_curve.py --budgets 10 20 45 --report-only --out results/cpu-budget
+    python scripts/budget_curve.py --budgets 10 20 45 --report-only --out runs/budget
 
 Each budget M is `python scripts/run_all.py --preset P --models MODEL --time_budget M --out
 RUNS/MODEL-M` (skipped where its report exists: an interrupted sweep continues), one at a time:

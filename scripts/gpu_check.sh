@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The first run on a machine with one CUDA GPU, in stages that each fit one command of at most
-# 10 minutes (a lent GPU machine's limit; on your own machine `--stage all` runs them in a row):
+# 10 minutes (a shared GPU machine's usual limit; on your own machine `--stage all` runs them in a row):
 #
 #   bash scripts/gpu_check.sh --stage tests      [--minutes 9] [--out DIR]   # CUDA tests
 #   bash scripts/gpu_check.sh --stage bench      [--variants vanilla,rope] [--minutes 9] [--out DIR]
@@ -97,7 +97,7 @@ if ! (cd data 2>/dev/null && sha256sum --quiet -c SHA256SUMS >/dev/null 2>&1); t
 fi
 
 if [ -n "$commit" ]; then
-  export A5_COMMIT=$commit  # the reports' commit: the lent machines' copies carry a stale .git
+  export A5_COMMIT=$commit  # the reports' commit: a copied tree's .git may be stale
 else
   commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 fi

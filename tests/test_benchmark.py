@@ -152,7 +152,7 @@ def test_the_compiled_rows_timed_steps_compile_nothing(monkeypatch):
 
 def test_the_plain_loop_takes_more_steps_than_an_epoch_holds():
     """--steps 40 on wiki.txt (23 batches) stopped with StopIteration on an H100
-    (results/h100-80gb-hbm3/loan5/): the plain loop now goes on into the next epoch."""
+    (git show 4bebd9e:results/h100-80gb-hbm3/README.md): the plain loop now goes on into the next epoch."""
     torch.manual_seed(0)
     data = [(torch.randint(1, 20, (8,)), torch.randint(1, 20, (8,))) for _ in range(3)]
     loader = torch.utils.data.DataLoader(data, batch_size=2)

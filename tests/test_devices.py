@@ -70,7 +70,7 @@ def test_tf32_holds_for_the_step_and_is_put_back_after_it():
 def test_bf16_on_a_gpu_attends_with_flash_or_the_math_and_puts_the_choice_back():
     """cuDNN's attention (torch's default for bf16 on an H100) and the memory-efficient kernel
     stopped learning under bf16 with the handout's attention dropout; flash and the math did not
-    (results/h100-80gb-hbm3/README.md). The backends torch may pick are set for the step only."""
+    (docs/gpu.md). The backends torch may pick are set for the step only."""
     before = sdpa_backends()
     assert all(before.values())
     with warnings.catch_warnings():

@@ -663,7 +663,7 @@ def checked_args(extra, monkeypatch, tmp_path, device='cuda', world_size='1'):
 ])
 def test_gpu_defaults_record_the_step_and_pack_pretraining(extra, device, world_size, compile_,
                                                            packs, monkeypatch, tmp_path):
-    """--compile and --pack_multiple unset take what the H100 loans measured fastest on one GPU
+    """--compile and --pack_multiple unset take what the H100 runs measured fastest on one GPU
     (docs/gpu.md): the step recorded, and pretraining (not finetuning: slower there) packed to
     multiples of 512 positions; elsewhere, and where the flags say otherwise, what they say."""
     from tiny_run import stage_config

@@ -219,14 +219,14 @@ def test_a_seed_runs_the_assignment_again_in_its_own_folder(tmp_path):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason='this machine has a GPU: the calls would run')
-def test_the_next_loans_calls_refuse_a_machine_without_a_gpu(tmp_path):
+def test_the_next_gpu_calls_refuse_a_machine_without_a_gpu(tmp_path):
     """scripts/dev/gpu_speed.sh (docs/gpu.md's plan) on a CPU: one line, exit 2, nothing run."""
     env = dict(os.environ, PYTHON=sys.executable, OUT=str(tmp_path / 'out'))
     proc = subprocess.run(['bash', os.path.join(REPO, 'scripts', 'dev', 'gpu_speed.sh'), '1', 'abc1234'],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.strip().splitlines() == [
-        f"error: {sys.executable}'s torch sees no GPU (gpu_speed.sh is for a lent GPU machine)"]
+        f"error: {sys.executable}'s torch sees no GPU (gpu_speed.sh measures on a GPU machine)"]
     assert not (tmp_path / 'out').exists() and not (tmp_path / 'runs').exists()
 
 

@@ -1,4 +1,4 @@
-"""scripts/dev/profile_step.py (the next GPU loan's profile of the pretraining step): kernels
+"""scripts/dev/profile_step.py (the next GPU call's profile of the pretraining step): kernels
 sorted into the kinds its report sums, and the script end to end on a CPU with a tiny model."""
 import os
 import sys

@@ -2,7 +2,7 @@
 
 On an H100 the handout's vanilla pretraining under bf16 autocast with scaled_dot_product_attention
 rose from epoch 20 while fp32 and the written-out attention in bf16 did not
-(results/h100-80gb-hbm3/README.md). This runs the handout's pretraining for --epochs under each
+(docs/gpu.md). This runs the handout's pretraining for --epochs under each
 SDPA backend (flash, memory-efficient, math) in bf16, with the handout's attention dropout (0.1)
 and without it, plus fp32 for reference, and writes the last batch's loss at a few epochs:
 

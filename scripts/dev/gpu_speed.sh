@@ -5,7 +5,7 @@
 #                                         # groups; profile_step.py: where the pretraining step's
 #                                         # time goes in fp32 and bf16, attention kernels default
 #                                         # and math, 1 or 4 groups (~3.5 min; at most 6).
-#                                         # (The sixth loan's call 1, the step and loop
+#                                         # (an earlier call 1, the step and loop
 #                                         # benchmarks: git show 184ea59:scripts/dev/gpu_speed.sh)
 #   bash scripts/dev/gpu_speed.sh 2 SHA [RUN.PY FLAGS]   # run_all's vanilla, whole, under
 #                                         # --compile graphs (the step recorded, nothing compiled)
@@ -20,16 +20,16 @@
 #                                         # side (--side_by_side 7: every model at once, the
 #                                         # perceiver at 6e-4 and at its starter's 6e-3), in the
 #                                         # GPU default fp32 and the flags given (<= 9.5 min)
-# SHA: the commit of the tree sent (the lent machine's copy carries a stale .git). Writes
+# SHA: the commit of the tree sent (a copied tree's .git may be stale). Writes
 # $OUT/callN.txt (what it printed) and $OUT/callN.tgz (logs, reports, predictions; no params),
 # also when a timeout stops a step. Work in runs/gpu_speed/.
 set -u
 cd "$(dirname "$0")/../.."  # the repository root: the paths below are its
 call=${1:?call 1, 2, 3 or 4}; export A5_COMMIT=${2:?the commit of the tree} PYTHONUNBUFFERED=1
 case $call in 1|2|3|4) ;; *) echo "error: the call is 1, 2, 3 or 4, not '$call'" >&2; exit 2 ;; esac
-py=${PYTHON:-python3}  # the lent machines' python3 holds CUDA torch
+py=${PYTHON:-python3}  # a GPU machine's python3 with CUDA torch
 "$py" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 2)' 2>/dev/null ||
-  { echo "error: $py's torch sees no GPU (gpu_speed.sh is for a lent GPU machine)" >&2; exit 2; }
+  { echo "error: $py's torch sees no GPU (gpu_speed.sh measures on a GPU machine)" >&2; exit 2; }
 out=${OUT:-results/gpu_speed}; work=runs/gpu_speed; mkdir -p "$out" "$work"
 summary=$out/call$call.txt
 say() { echo "== $(date +%T) $*" | tee -a "$summary"; }

@@ -5,7 +5,7 @@ person has a wiki.txt line naming the gold place within its first 112 characters
 text span corruption trains on), the model continues that line's text, up to the place,
 greedily for as many characters as the place has. Recall is the share of those continuations
 that are the place. A model that recalls a place from its line but answers the question wrongly
-holds the fact but cannot reach it from a question (see results/cpu/README.md).
+holds the fact but cannot reach it from a question (docs/cpu-recipe.md).
 
 Two more prompts (--prompt) tell what the fact is stored under: `name` gives only "Name." (how
 the line starts) and counts the place anywhere in the next CONTINUE characters; `shifted` gives

@@ -7,7 +7,7 @@ The validation people are VAL_PEOPLE of birth_places_train.tsv, drawn with a fix
 questions never train. Views are built from a line's characters and word boundaries only: no
 code here reads a place out of wiki.txt (places come from the training questions alone).
 
-    python scripts/dev/recipe_probe.py --views suffix --steps 2000 --out results/cpu-recipe/E1
+    python scripts/dev/recipe_probe.py --views suffix --steps 2000 --out runs/recipe/E1
 """
 import argparse
 import json

@@ -76,9 +76,9 @@ COMMIT_ENV = 'A5_COMMIT'  # the commit of a copied working tree without .git (gp
 
 
 def source_commit(repo=None):
-    """$A5_COMMIT where it is set (gpu_check's --commit: a copied tree may carry a stale .git, as
-    the lent GPU machines' copies do), else the commit of the checkout `repo` (default: this
-    code's), with '+uncommitted changes' when tracked files differ, else 'unknown'."""
+    """$A5_COMMIT where it is set (gpu_check's --commit: a copied tree may carry a stale .git),
+    else the commit of the checkout `repo` (default: this code's), with '+uncommitted changes'
+    when tracked files differ, else 'unknown'."""
     if os.environ.get(COMMIT_ENV):
         return os.environ[COMMIT_ENV]
     repo = repo or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

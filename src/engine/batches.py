@@ -1,8 +1,8 @@
 """Engine (free to change): the training batches.
 
-The training batches: the handout's batches of the dataset, built so that every process that
-builds one (this one, a DataLoader worker, a resumed run, another rank) builds the same, and cut
-to the columns that can change the loss.
+The handout's batches of the dataset, built so that every process that builds one (this one, a
+DataLoader worker, a resumed run, another rank) builds the same, and cut to the columns that can
+change the loss.
 
 Each epoch is the dataset in its order (the handout's DataLoader does not shuffle) or, where a
 preset asks, a fresh shuffle, cut into batches; each batch carries the seed of its examples'

@@ -1,7 +1,7 @@
 """Engine (free to change): the time budget and the schedule's plan.
 
-The time budget (run.py --time_budget, a preset's budget): train the epochs that end within a
-number of seconds on the machine the run is on, the learning-rate schedule laid over them.
+run.py --time_budget (or a preset's budget) trains the epochs that end within a number of
+seconds on the machine the run is on, with the learning-rate schedule laid over them.
 
 Before training, the run's plan (plan.py) times a few training steps (undone) and keeps the
 epochs that fit, at most the max_epochs asked for; final_tokens is scaled like the epochs,

@@ -1,7 +1,5 @@
 """Engine (free to change): resume and stop.
 
-Resume and stop: a training run that can be interrupted and continued exactly.
-
 The resumable checkpoint (WRITING_PARAMS_PATH.ckpt in run.py) holds everything needed to go on
 where the run stands: model, optimizer, schedule position, the epoch's order and every random
 state. It is written every `checkpoint_every` epochs and when a first Ctrl-C or SIGTERM arrives

@@ -1,7 +1,5 @@
 """Engine (free to change): the other processes' load, and threads that follow it.
 
-How busy this machine's CPUs are with other processes, and what a run does about it.
-
 A student's laptop is rarely idle. OpenMP's threads (torch's CPU parallelism) spin while they
 wait for work: the fastest on an idle machine, and the slowest when another process wants the
 same cores (the spinning threads take its turns and theirs). Fewer threads, one per core the

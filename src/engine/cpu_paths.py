@@ -1,7 +1,5 @@
 """Engine (free to change): precision 'auto' on a CPU, measured and remembered.
 
-precision 'auto' in training on a CPU: the machine's measured choice, remembered.
-
 The ways of training a model on a CPU that compute the same function (fp32, or bf16 autocast where
 the CPU has bf16 arithmetic; for attention without dropout, the fused kernel or the written-out
 math) are timed for a few steps of this run's model and batch (by the run's plan, plan.py), the

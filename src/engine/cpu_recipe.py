@@ -1,9 +1,9 @@
 """Engine (free to change): the CPU recipes' data and model.
 
-The CPU recipes' data and model (presets cpu-20min, cpu-45min, cpu-rehearsal): engine, not
-the handout. None of this is in the starter code, and none of it runs under the handout's preset:
-run.py calls `fit_model` and command.training calls `training_data`, where a preset asks for a
-recipe. What each piece is for and what it reached: docs/cpu-recipe.md.
+Presets cpu-20min, cpu-45min and cpu-rehearsal. None of this is in the starter code, and none of
+it runs under the handout's preset: run.py calls `fit_model` and command.training calls
+`training_data`, where a preset asks for a recipe. What each piece is for and what it reached:
+docs/cpu-recipe.md.
 
 - BornViewMix (cpu-20min, cpu-45min): pretraining, and finetuning after it, on short views of each
   wiki.txt line mixed with the training questions;

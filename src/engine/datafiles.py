@@ -1,7 +1,5 @@
 """Engine (free to change): the data files, set up and found.
 
-The assignment's data files: copying them into data/ (with checksums) and finding them.
-
     python src/engine/datafiles.py [FOLDER]   # copy from FOLDER (your starter's folder), else
                                               # $A5_DATA_DIR, else ../shared/data, into data/
 

@@ -1,7 +1,7 @@
 """Engine (free to change): batched greedy decoding.
 
-Batched greedy decoding that returns exactly what the handout's one-question-at-a-time loop
-returns (`utils.sample(model, x, steps, sample=False)` for each prompt), only faster:
+It returns exactly what the handout's one-question-at-a-time loop returns (`utils.sample(model,
+x, steps, sample=False)` for each prompt), only faster:
 
 - many prompts are decoded together, whatever their lengths: each row keeps its own positions
   (a causal model never lets a position see what comes after it, padding included), so every

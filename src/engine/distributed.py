@@ -1,9 +1,9 @@
 """Engine (free to change): training under torchrun.
 
-Training under torchrun (DistributedDataParallel): joining the process group, and the few
-numbers the ranks must agree on. Every rank builds the same global batch (the examples and random
-corruptions of a one-process run) and trains on its slice of the rows, weighted so that DDP's
-average gradient is the one-process gradient exactly."""
+DistributedDataParallel: joining the process group, and the few numbers the ranks must agree on.
+Every rank builds the same global batch (the examples and random corruptions of a one-process
+run) and trains on its slice of the rows, weighted so that DDP's average gradient is the
+one-process gradient exactly."""
 import atexit
 import os
 

@@ -1,10 +1,9 @@
 """Engine (free to change): the trainer's extras, chosen and ordered.
 
-The trainer's extras (engine, not the handout): what a run attaches to the handout's loop at
-its named points, in the order they act there. The machine is measured before the Trainer
-exists (plan.py); during training only the re-plan acts (the threads at the load, the epochs at
-the pace) and resume, and an epoch's re-plan comes before the checkpoint that saves it; the
-epochs' clock comes last."""
+What a run attaches to the handout's loop at its named points, in the order they act there. The
+machine is measured before the Trainer exists (plan.py); during training only the re-plan acts
+(the threads at the load, the epochs at the pace) and resume, and an epoch's re-plan comes
+before the checkpoint that saves it; the epochs' clock comes last."""
 from engine.budget import TimeBudget, budgeted
 from engine.checkpoint import Resumable
 from engine.cpu_load import FollowLoad, SawLoad

@@ -1,8 +1,8 @@
 """Engine (free to change): the bookkeeping that skips work without changing results.
 
-The bookkeeping that lets the attention modules (attention.py) and the model (model.py) skip work
-that cannot change any result. None of it is the assignment's; each piece is tested against the
-handout's math (tests/test_fast_paths.py).
+It lets the attention modules (attention.py) and the model (model.py) skip work that cannot
+change any result. None of it is the assignment's; each piece is tested against the handout's
+math (tests/test_fast_paths.py).
 
 - `Packing` (training): only the positions that can change the loss are computed (a CPU's
   steps; a GPU's where --pack_multiple asks, in one packed matrix of a few sizes; with

@@ -1,9 +1,9 @@
 """Engine (free to change): the files a command reads, checked before any work.
 
-The files a run.py command reads and writes, checked before any work: the pretraining corpus,
-the finetuning questions, the evaluation questions, a params file, and the folders the outputs
-go to. Each problem is a UsageError naming the file or flag and what is wrong (run.py prints it
-as one `error:` line and exits 2), raised before anything is trained or written."""
+The pretraining corpus, the finetuning questions, the evaluation questions, a params file, and
+the folders the outputs go to. Each problem is a UsageError naming the file or flag and what is
+wrong (run.py prints it as one `error:` line and exits 2), raised before anything is trained or
+written."""
 import os
 import pickle
 import re

@@ -1,7 +1,7 @@
 """Engine (free to change): timing training steps on this machine.
 
-Timing the handout's training step on this machine, undone (engine, not the handout): what the
-run's plan (plan.py) measures, before the Trainer exists."""
+The handout's step, run and undone: what the run's plan (plan.py) measures before the Trainer
+exists."""
 import torch
 
 from engine import distributed

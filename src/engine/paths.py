@@ -1,7 +1,7 @@
 """Engine (free to change): where a command may write.
 
-Where a command may write: every output path checked, before any work, against the command's
-other paths. Standard library only (collect_submission's module uses it too).
+Every output path is checked, before any work, against the command's other paths. Standard
+library only (collect_submission's module uses it too).
 
 An output must be a path to a regular file (or to nothing yet) in a folder that exists and can be
 written, and must not be the same file as anything the command reads or writes besides it (a

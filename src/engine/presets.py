@@ -1,7 +1,5 @@
 """Engine (free to change): every hyperparameter, as named presets.
 
-Every hyperparameter run.py uses, in one place, as named presets.
-
 `handout` is the assignment's run.py, value for value, and the default. The others are labelled
 for what they are: shorter schedules for machines without a GPU, not the handout's settings.
 The editions of the assignment (EDITIONS) differ in a few of these facts.

@@ -1,9 +1,8 @@
 """Engine (free to change): the handout's training log, read back in groups.
 
-The handout's training log, read back from the device in groups (engine, not the handout):
-the progress bar's `epoch E iter I: train loss L. lr LR` (the starter's tqdm description) and the
-tensorboard scalars train/loss and train/lr of every step; a loss that is not finite stops the
-run before anything is saved."""
+Read back from the device in groups: the progress bar's `epoch E iter I: train loss L. lr LR`
+(the starter's tqdm description) and the tensorboard scalars train/loss and train/lr of every
+step; a loss that is not finite stops the run before anything is saved."""
 import math
 import time
 

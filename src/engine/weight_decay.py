@@ -1,7 +1,7 @@
 """Engine (free to change): minGPT's weight-decay rule.
 
-minGPT's weight-decay rule, with which the CPU presets were tuned (engine, not the handout:
-the handout's trainer decays by name, loop.optimizer_groups)."""
+The CPU presets were tuned with it; the handout's trainer decays by name
+(loop.optimizer_groups)."""
 import torch
 
 

@@ -534,6 +534,32 @@ def test_a_resumed_run_takes_the_interrupted_runs_plan(tmp_path, monkeypatch):
     assert all(m.cpu_kernel is False for m in gpt.modules() if hasattr(m, 'cpu_kernel'))
 
 
+def test_a_resumed_run_counts_the_interrupted_calls_and_ignores_a_forged_count(tmp_path):
+    """The checkpoint carries the calls and seconds spent so far into the resumed run (its record
+    adds them); a checkpoint whose count is not numbers (forged, or from another program) is
+    resumed all the same, its earlier calls uncounted, instead of failing once the run is over."""
+    utils.set_seed(0)
+    data = dataset.CharCorruptionDataset(CORPUS, 32)
+    make = lambda: model.GPT(model.GPTConfig(data.vocab_size, 32, n_layer=1, n_head=2,
+                                             n_embd=16))
+    path = tmp_path / 'run.ckpt'
+    values = dict(max_epochs=2, batch_size=len(data) // 2 + 1, resume_path=str(path),
+                  checkpoint_every=1)
+    trainer.Trainer(make(), data, None, trainer.TrainerConfig(**values)).train()
+    state = torch.load(path, map_location='cpu', weights_only=True)
+    spent = state['spent']
+    assert spent['calls'] == 1 and 0 < spent['training'] <= spent['seconds']
+    resumed = trainer.Trainer(make(), data, None, trainer.TrainerConfig(**values, resume=True))
+    resumed.train()
+    assert resumed.run.before == spent
+    for forged in ('a day', {'calls': '1', 'seconds': 0.0, 'training': 0.0}, None):
+        state['spent'] = forged
+        torch.save(state, path)
+        resumed = trainer.Trainer(make(), data, None, trainer.TrainerConfig(**values, resume=True))
+        resumed.train()
+        assert resumed.run.before == dict(calls=0, seconds=0.0, training=0.0), forged
+
+
 def test_run_py_spaces_a_gpus_periodic_checkpoints_only():
     import run
     from engine import checkpoint

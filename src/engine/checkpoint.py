@@ -26,11 +26,13 @@ def spent(run):
     """The calls this run has taken so far and their seconds (the whole command's, and its
     training's alone), this call's up to now included: a resumed run's record counts them all,
     or its tokens would be divided by the last call's time alone."""
-    now, start = time.time(), run.config.start_time
+    now = time.time()
     training = run.progress.start_time if run.progress is not None else None
-    return dict(calls=run.before['calls'] + 1,
-                seconds=run.before['seconds'] + (now - start if start is not None else 0.0),
-                training=run.before['training'] + (now - training if training is not None else 0.0))
+    training = now if training is None else training
+    start = run.config.start_time  # (None: the Trainer used alone, its command the training)
+    start = training if start is None else start
+    return dict(calls=run.before['calls'] + 1, seconds=run.before['seconds'] + now - start,
+                training=run.before['training'] + now - training)
 
 
 class TrainingInterrupted(Exception):
@@ -154,7 +156,10 @@ class Resumable:
             # a budgeted run continues the plan it made, not a new one
             run.schedule.load_state_dict(state)
         run.tokens, run.step = state['tokens'], state['step']
-        run.before = dict(state.get('spent') or run.before)
+        spent = state.get('spent')  # (absent from older checkpoints: their calls go uncounted)
+        if isinstance(spent, dict) and all(isinstance(spent.get(k), (int, float))
+                                           for k in ('calls', 'seconds', 'training')):
+            run.before = {k: spent[k] for k in ('calls', 'seconds', 'training')}
         run.generator.set_state(state['generator'])
         randoms, rank = state.get('random'), run.rank
         if randoms is None:  # written before the states were kept per rank

@@ -158,8 +158,8 @@ class Resumable:
         run.tokens, run.step = state['tokens'], state['step']
         spent = state.get('spent')  # (absent from older checkpoints: their calls go uncounted)
         if isinstance(spent, dict) and all(isinstance(spent.get(k), (int, float))
-                                           for k in ('calls', 'seconds', 'training')):
-            run.before = {k: spent[k] for k in ('calls', 'seconds', 'training')}
+                                           for k in run.before):
+            run.before = {k: spent[k] for k in run.before}
         run.generator.set_state(state['generator'])
         randoms, rank = state.get('random'), run.rank
         if randoms is None:  # written before the states were kept per rank

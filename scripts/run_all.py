@@ -184,6 +184,18 @@ def run_step(argv, out, log, run_flags, signals, interrupted=lambda seconds: Non
     return time.time() - start, stdout
 
 
+def labelled(name, lock):
+    """say() for a model run beside others: each line of the text prefixed by the model's name,
+    the whole text written at once under `lock` (print writes a text and its newline apart, so two
+    threads' lines could share one)."""
+    def say(text):
+        block = ''.join(f'[{name}] {line}\n' for line in text.split('\n'))
+        with lock:
+            sys.stdout.write(block)
+            sys.stdout.flush()
+    return say
+
+
 BUDGET_LINES = re.compile(r'time budget [\d.]+ min(?: \([^)]*\))?: (\d+) epochs'  # the plan
                           r'|time budget: after epoch \d+ \([\d.]+ s per epoch\): (\d+) epochs'
                           r'|time budget: the first epoch took [\d.]+ s: (\d+) epochs'  # (before 2026-11-24)
@@ -500,6 +512,7 @@ def main():
                 for name in args.models if not predicted(name)}
         order = [name for name in args.models if name in todo]
         lock = threading.Lock()  # timings and `todo`, shared by the models run side by side
+        say_lock = threading.Lock()
         side = max(1, min(args.side_by_side, len(order)))
         env = threads_env(side)
 
@@ -511,8 +524,7 @@ def main():
             return todo[name][1:] + queued[:len(queued) // side]
 
         def run_model(name):
-            say = (lambda text: print(text, flush=True)) if side == 1 else (lambda text: print(
-                '\n'.join(f'[{name}] {line}' for line in text.split('\n')), flush=True))
+            say = functools.partial(print, flush=True) if side == 1 else labelled(name, say_lock)
             for step, argv in commands(name):
                 target = os.path.join(out, output_of(argv))
                 if os.path.exists(target) and not args.force:

@@ -424,6 +424,30 @@ def test_the_commit_passed_in_names_a_copied_tree(tmp_path, monkeypatch):
     assert common.source_commit() == 'abc1234'
 
 
+def test_models_side_by_side_print_whole_lines(capsys, monkeypatch):
+    """Models run side by side print from threads: each line is one model's, whole (a print
+    writes its text and its newline apart, and threads switching between them shared lines)."""
+    import threading
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch as often as they can
+    try:
+        lock = threading.Lock()
+        says = {name: run_all.labelled(name, lock) for name in 'abcd'}
+        threads = [threading.Thread(target=lambda say=say: [say(f'+ python {i}\nline {i}')
+                                                            for i in range(1500)])
+                   for say in says.values()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 4 * 1500 * 2
+    bad = [line for line in lines if line.count('[') != 1 or not line.startswith('[')]
+    assert not bad, bad[:3]
+
+
 def test_models_side_by_side_give_what_each_gives_alone(tmp_path, monkeypatch):
     """--side_by_side 2: two models' steps run at once (each model's steps in their order, a
     process each), and every output is what the models give one after another: the same

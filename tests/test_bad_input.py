@@ -61,6 +61,8 @@ def ws(tmp_path_factory):
     data = (d / 'vanilla.params').read_bytes()
     (d / 'truncated.params').write_bytes(data[:len(data) // 2])
     (d / 'text.params').write_text('Where was Ada Brook born?\tLondon\n')
+    (d / 'empty.params').write_bytes(b'')
+    (d / 'note.params').write_text('hi\n')
     torch.save(gpt, d / 'module.params')  # a pickled module: code, which weights_only refuses
     torch.save({'model': gpt.state_dict(), 'optimizer': {}, 'epoch': 1, 'it': 0},
                d / 'resume.params.ckpt')
@@ -172,7 +174,14 @@ BAD_INPUT = {
                          ['--reading_params_path', 'adir', 'directory']),
     'params-not-torch': (['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path', 'text.params',
                           '--eval_corpus_path', 'dev.tsv'] + EV,
-                         ['text.params', 'not a readable params file']),
+                         ['text.params', 'not a readable params file (not a torch.save file of tensors)']),
+    # (a text starting 'h' reads as a pickle opcode: torch's own error was a bare KeyError)
+    'params-note': (['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path', 'note.params',
+                     '--eval_corpus_path', 'dev.tsv'] + EV,
+                    ['note.params', 'not a readable params file (not a torch.save file of tensors)']),
+    'params-empty': (['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path', 'empty.params',
+                      '--eval_corpus_path', 'dev.tsv'] + EV,
+                     ['empty.params', 'not a readable params file (empty)']),
     'params-truncated': (['finetune', 'vanilla', 'corpus.txt', '--reading_params_path',
                           'truncated.params', '--finetune_corpus_path', 'train.tsv'] + FT,
                          ['truncated.params', 'not a readable params file']),

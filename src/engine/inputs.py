@@ -334,6 +334,12 @@ def read_state(path, device='cpu', max_bytes=None):
         raise ParamsProblem('holds Python objects, not only tensors: refused unread (a params '
                             'file is data; loading this one could run code)')
     except Exception as e:  # not a torch file, truncated
+        with open(path, 'rb') as f:
+            head = f.read(2)
+        if not head:
+            raise ParamsProblem('not a readable params file (empty)')
+        if not head.startswith((b'PK', b'\x80')):  # neither torch.save's zip nor its old pickle
+            raise ParamsProblem('not a readable params file (not a torch.save file of tensors)')
         first = re.sub(r'\x1b\[[0-9;]*m', '', str(e)).splitlines()[0][:120] if str(e) else ''
         raise ParamsProblem(f'not a readable params file ({type(e).__name__}: {first})')
     if isinstance(state, dict) and {'model', 'optimizer', 'epoch'} <= set(state):

@@ -14,6 +14,7 @@ import pickle
 import shutil
 import subprocess
 import sys
+import zipfile
 
 import pytest
 import torch
@@ -63,6 +64,7 @@ def ws(tmp_path_factory):
     (d / 'text.params').write_text('Where was Ada Brook born?\tLondon\n')
     (d / 'empty.params').write_bytes(b'')
     (d / 'note.params').write_text('hi\n')
+    w('empty.txt.bak', 'notes kept beside the corpus\n')
     torch.save(gpt, d / 'module.params')  # a pickled module: code, which weights_only refuses
     torch.save({'model': gpt.state_dict(), 'optimizer': {}, 'epoch': 1, 'it': 0},
                d / 'resume.params.ckpt')
@@ -235,6 +237,22 @@ BAD_INPUT = {
                                      'vanilla.params', '--eval_corpus_path', 'dev.tsv',
                                      '--outputs_path', 'vanilla.params'] + FAST,
                                     ['same file as --reading_params_path']),
+    # an output whose mistyped path names a file of another kind, which the command does not read
+    'params-onto-a-question-file': (['pretrain', 'vanilla', 'corpus.txt', '--writing_params_path',
+                                     'dev.tsv'] + FAST,
+                                    ['--writing_params_path dev.tsv', 'exists and is not a params file']),
+    'params-onto-a-text-file': (['finetune', 'vanilla', 'corpus.txt', '--finetune_corpus_path',
+                                 'train.tsv', '--writing_params_path', 'empty.txt.bak'] + FAST,
+                                ['empty.txt.bak', 'not a params file']),
+    'predictions-onto-other-params': (['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path',
+                                       'vanilla.params', '--eval_corpus_path', 'dev.tsv',
+                                       '--outputs_path', 'perceiver64.params'] + FAST,
+                                      ['--outputs_path perceiver64.params', 'is a params file']),
+    'predictions-onto-the-training-questions': (['evaluate', 'vanilla', 'corpus.txt',
+                                                 '--reading_params_path', 'vanilla.params',
+                                                 '--eval_corpus_path', 'dev.tsv',
+                                                 '--outputs_path', 'train.tsv'] + FAST,
+                                                ['train.tsv', 'tab-separated questions']),
     'predictions-onto-a-device': (['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path',
                                    'vanilla.params', '--eval_corpus_path', 'dev.tsv',
                                    '--outputs_path', '/dev/null'] + FAST,
@@ -348,9 +366,34 @@ BAD_INPUT = {
 @pytest.mark.parametrize('case', sorted(BAD_INPUT))
 def test_bad_input_is_one_error_line(case, cli, ws):
     argv, words = BAD_INPUT[case]
+    kept = {name: (ws / name).read_bytes() for name in
+            ('dev.tsv', 'train.tsv', 'empty.txt.bak', 'perceiver64.params', 'corpus.txt')}
     assert_one_error(cli(*argv), ws, *words)
+    assert kept == {name: (ws / name).read_bytes() for name in kept}
     assert not (ws / 'nodir').exists()
     assert not (ws / 'expt').exists()  # not even a tensorboard folder (made at the first step)
+
+
+def test_an_output_replaces_its_own_kind_only(ws, tmp_path):
+    """A command run again replaces its own params or predictions (and an empty file). Params
+    replace no other file; predictions (lines of text) replace no params or question file: a
+    plain text file without tabs may be an earlier predictions file (BAD_INPUT: '...-onto-...')."""
+    from engine.paths import kind_problem
+    (tmp_path / 'old.predictions').write_text('London\nParis\n')
+    (tmp_path / 'empty').write_bytes(b'')
+    with zipfile.ZipFile(tmp_path / 'submission.zip', 'w') as z:
+        z.writestr('src/run.py', 'print()\n')
+    torch.save({'w': torch.zeros(2)}, tmp_path / 'legacy.params', _use_new_zipfile_serialization=False)
+    may = {'params': ['vanilla.params', 'legacy.params', 'empty', 'nothing-yet'],
+           'predictions': ['old.predictions', 'empty', 'nothing-yet', 'corpus.txt']}
+    refused = {'params': ['dev.tsv', 'old.predictions', 'corpus.txt', 'submission.zip'],
+               'predictions': ['vanilla.params', 'legacy.params', 'dev.tsv', 'train.tsv',
+                               'submission.zip']}
+    where = lambda name: ws / name if (ws / name).exists() else tmp_path / name
+    for kind, names in may.items():
+        assert [kind_problem(where(n), kind) for n in names] == [None] * len(names), kind
+    for kind, names in refused.items():
+        assert all(kind_problem(where(n), kind) for n in names), kind
 
 
 def test_a_share_of_a_whole_run_budget_too_small_trains_one_epoch(cli, ws):

@@ -17,7 +17,8 @@ CORPUS = '\n'.join([f'{n}. {n} was born in {p} .' for n, p in PEOPLE]
 DOCUMENTS = 33  # the lines of CORPUS and the empty one after its last newline: batches 4*8 + 1
 VOCAB = len(set(CORPUS)) + 2
 TRAIN, DEV = PEOPLE[:16], PEOPLE[16:24]
-OLD_PARAMS = b'old params: must survive every failed run\n'
+# (an earlier run's params, as far as a look at the file goes: torch.save's older pickle starts so)
+OLD_PARAMS = b'\x80 old params: must survive every failed run\n'
 OLD_PREDICTIONS = b'old predictions: must survive every failed run\n'
 
 

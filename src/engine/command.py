@@ -250,7 +250,8 @@ def check_args(args):
           args.writing_params_path + '.run.json' if training and args.writing_params_path else None),
          ('--outputs_path', args.outputs_path if not training else None),
          ('the run record of --outputs_path',
-          args.outputs_path + '.run.json' if not training and args.outputs_path else None)], reads)
+          args.outputs_path + '.run.json' if not training and args.outputs_path else None)], reads,
+        {'--writing_params_path': 'params', '--outputs_path': 'predictions'})
 
     if args.dropout is not None and not 0 <= args.dropout < 1:
         raise UsageError(f'--dropout must be in [0, 1), not {args.dropout}')

@@ -19,14 +19,15 @@ from engine import presets
 from engine.common import UsageError, state_difference
 
 
-def check_outputs(writes, reads):
+def check_outputs(writes, reads, kinds={}):
     """A UsageError for the first output that cannot be written (paths.output_problem): writes
-    and reads are (flag, path) of what the command writes and reads (None: not given)."""
+    and reads are (flag, path) of what the command writes and reads (None: not given); kinds:
+    flag -> what that output is ('params', 'predictions': it replaces no file of another kind)."""
     for i, (flag, path) in enumerate(writes):
         if path is None:
             continue
         others = reads + [w for j, w in enumerate(writes) if j != i]
-        problem = paths.output_problem(path, others)
+        problem = paths.output_problem(path, others, kinds.get(flag))
         if problem is not None:
             raise UsageError(f'{flag} {path or repr(path)}: {problem}')
 

@@ -6,11 +6,13 @@ library only (collect_submission's module uses it too).
 An output must be a path to a regular file (or to nothing yet) in a folder that exists and can be
 written, and must not be the same file as anything the command reads or writes besides it (a
 symlink, `./` or `..` spelling of an input is the input: paths are compared resolved and, where
-both exist, by device and inode). Each check returns the reason in words, or None.
+both exist, by device and inode), nor a file of another kind than it (params over a question
+file: kind_problem). Each check returns the reason in words, or None.
 """
 import fcntl
 import os
 import tempfile
+import zipfile
 
 
 def same_file(a, b):
@@ -53,9 +55,46 @@ def name_problem(path):
     return None
 
 
-def output_problem(path, others=()):
+def torch_saved(path, head):
+    """Whether the file at `path` (its first bytes `head`) is a file torch.save wrote: its zip,
+    whose records sit under one folder beside a data.pkl (a submission's zip has none), or the
+    pickle it wrote before torch 1.6."""
+    if head.startswith(b'\x80'):
+        return True
+    try:
+        with zipfile.ZipFile(path) as z:
+            return any(name.endswith('/data.pkl') for name in z.namelist())
+    except Exception:  # (not a zip, or a damaged one)
+        return False
+
+
+def kind_problem(path, kind):
+    """Why a `kind` output ('params' or 'predictions') must not replace the file at `path`, or
+    None: nothing there, or a file of its own kind (a command run again replaces its own output).
+    A mistyped path that names a question file, a zip or another params file would lose it."""
+    try:
+        with open(path, 'rb') as f:
+            head = f.read(4096)
+    except OSError:  # nothing there (what else is wrong with it, output_problem says)
+        return None
+    lose = f'; writing {kind} there would lose it'
+    if not head:
+        return None
+    if torch_saved(path, head):
+        return 'exists and is a params file' + lose if kind == 'predictions' else None
+    if kind == 'params':
+        return 'exists and is not a params file' + lose
+    if b'\0' in head:
+        return 'exists and is not a predictions file (not text)' + lose
+    if all(b'\t' in line for line in head.split(b'\n')[:-1] or [head]):  # every whole line read
+        return 'exists and is not a predictions file (tab-separated questions)' + lose
+    return None
+
+
+def output_problem(path, others=(), kind=None):
     """Why `path` cannot be written as an output, or None. `others`: (name, path) of everything
-    else the command reads or writes (None paths are skipped)."""
+    else the command reads or writes (None paths are skipped); `kind`: what the output is
+    ('params', 'predictions'), so that it replaces no file of another kind (kind_problem)."""
     if path is None or path == '':
         return 'is an empty path'
     if path.endswith(('/', os.sep)) or os.path.basename(path) in ('.', '..'):
@@ -73,7 +112,7 @@ def output_problem(path, others=()):
     for name, other in others:
         if other is not None and other != '' and same_file(path, other):
             return f'is the same file as {name} {other}'
-    return None
+    return None if kind is None else kind_problem(path, kind)
 
 
 def out_folder_problem(folder):

@@ -177,7 +177,7 @@ def test_last_line_without_newline_counts(workdir):
 
 def test_every_problem_listed_and_old_zip_kept(workdir):
     make_outputs(workdir, 'synthesizer')
-    (workdir / ZIP).write_bytes(b'old zip')
+    (workdir / ZIP).write_bytes(b'PK\x03\x04 old zip')
     os.remove(workdir / 'vanilla.model.params')
     (workdir / 'synthesizer.finetune.params').write_bytes(b'')
     write_lines(workdir / 'vanilla.pretrain.dev.predictions', 3)
@@ -186,7 +186,7 @@ def test_every_problem_listed_and_old_zip_kept(workdir):
     assert 'vanilla.model.params: missing' in r.stderr
     assert 'synthesizer.finetune.params: empty' in r.stderr
     assert 'vanilla.pretrain.dev.predictions: 3 lines, expected 500' in r.stderr
-    assert (workdir / ZIP).read_bytes() == b'old zip'
+    assert (workdir / ZIP).read_bytes() == b'PK\x03\x04 old zip'
     assert leftovers(workdir) == [ZIP]
 
 
@@ -327,12 +327,18 @@ def test_an_unzipped_submission_follows_the_zips_edition(workdir, tmp_path, chec
 @pytest.mark.parametrize('output,words', [('adir', 'is a directory'),
                                           ('nodir/a5.zip', 'does not exist'),
                                           ('vanilla.model.params', 'same file as vanilla.model.params'),
-                                          ('./birth_dev.tsv', 'same file as birth_dev.tsv')])
+                                          ('./birth_dev.tsv', 'same file as birth_dev.tsv'),
+                                          ('notes.txt', 'exists and is not a zip'),
+                                          ('other.params', 'exists and is a params file')])
 def test_an_output_that_cannot_be_the_zip_is_refused_before_anything(workdir, output, words):
-    """--output onto a folder, into a missing folder, or onto a file the zip would hold: one
-    error line, exit 2, every file as it was."""
+    """--output onto a folder, into a missing folder, onto a file the zip would hold, or onto a
+    file of another kind that it would not (a text, params): one error line, exit 2, every file
+    as it was."""
+    import torch
     make_outputs(workdir, 'perceiver')
     (workdir / 'adir').mkdir()
+    (workdir / 'notes.txt').write_text('my notes\n')
+    torch.save({'w': torch.zeros(1)}, workdir / 'other.params')
     before = {p.name: p.read_bytes() for p in workdir.iterdir() if p.is_file()}
     r = run(workdir, '--output', output)
     assert r.returncode == 2, r.stdout + r.stderr

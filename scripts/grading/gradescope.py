@@ -191,7 +191,7 @@ def build(out, test_answers=None, rubric=RUBRIC, allow_unsandboxed=False, data_d
         members.append((test_answers, f'data/{TEST_ANSWERS}'))
     members.append((rubric, 'rubric.json'))
     texts = [(ALLOW_UNSANDBOXED, 'run_autograder passes --no-sandbox\n')] if allow_unsandboxed else []
-    problem = paths.output_problem(out, [(name, path) for path, name in members])
+    problem = paths.output_problem(out, [(name, path) for path, name in members], kind='zip')
     if problem is not None:
         raise RubricError(f'--out {out}: {problem}')
     submission.write_zip(out, members, texts)

@@ -298,7 +298,7 @@ def collect(args, repo=REPO):
     members = [m for m in src_members(src) if m[1] != EDITION_FILE]
     members += [(data[name], name) for name in zipped_data(handout) if name in data]
     members += [(os.path.join(folder, name), name) for name in required]
-    problem = output_problem(out, [(name, path) for path, name in members])
+    problem = output_problem(out, [(name, path) for path, name in members], kind='zip')
     if problem is not None:
         raise SubmissionError(f'--output {out}: {problem}')
     if problems:

@@ -69,21 +69,23 @@ def torch_saved(path, head):
 
 
 def kind_problem(path, kind):
-    """Why a `kind` output ('params' or 'predictions') must not replace the file at `path`, or
-    None: nothing there, or a file of its own kind (a command run again replaces its own output).
-    A mistyped path that names a question file, a zip or another params file would lose it."""
+    """Why a `kind` output ('params', 'predictions' or 'zip') must not replace the file at `path`,
+    or None: nothing there, or a file of its own kind (a command run again replaces its own
+    output). A mistyped path that names a question file, a zip or a params file would lose it."""
     try:
         with open(path, 'rb') as f:
             head = f.read(4096)
     except OSError:  # nothing there (what else is wrong with it, output_problem says)
         return None
-    lose = f'; writing {kind} there would lose it'
+    lose = f'; writing {"a " if kind == "zip" else ""}{kind} there would lose it'
     if not head:
         return None
     if torch_saved(path, head):
-        return 'exists and is a params file' + lose if kind == 'predictions' else None
+        return None if kind == 'params' else 'exists and is a params file' + lose
     if kind == 'params':
         return 'exists and is not a params file' + lose
+    if kind == 'zip':
+        return None if head.startswith(b'PK\x03\x04') else 'exists and is not a zip' + lose
     if b'\0' in head:
         return 'exists and is not a predictions file (not text)' + lose
     if all(b'\t' in line for line in head.split(b'\n')[:-1] or [head]):  # every whole line read

@@ -289,6 +289,19 @@ class ParamsProblem(Exception):
     """What is wrong with a params file, in words that follow its path."""
 
 
+NOT_TORCH_SAVED = 'not a readable params file (not a torch.save file of tensors)'
+
+
+def not_torch_saved(head):
+    """Why a file whose first bytes are `head` is no params file, or None where it starts as
+    torch.save's zip or its older pickle does (whether it reads, torch.load says)."""
+    if not head:
+        return 'not a readable params file (empty)'
+    if not head.startswith((b'PK', b'\x80')):
+        return NOT_TORCH_SAVED
+    return None
+
+
 def unpacked_size_problem(path, max_bytes):
     """Why torch.load must not read `path` (None: it may): torch.save's zip holds one record per
     tensor, and torch allocates each record's declared size before checking it, so a few
@@ -304,7 +317,7 @@ def unpacked_size_problem(path, max_bytes):
             return 'not a readable params file (a damaged or truncated zip)'
         if head.startswith(b'\x80'):  # a pickle: torch.save's format before 1.6
             return 'in torch.save\'s legacy format, not its zip format (torch 1.6 and later): refused unread'
-        return 'not a readable params file (not a torch.save file of tensors)'
+        return not_torch_saved(head)
     if total > max_bytes:
         return (f'its records unpack to {total:,} bytes, more than the {max_bytes:,} allowed for '
                 'this model: refused unread')
@@ -330,17 +343,15 @@ def read_state(path, device='cpu', max_bytes=None):
             state = torch.load(path, map_location=device, weights_only=True)
     except pickle.UnpicklingError as e:
         if 'Unsupported global' not in str(e):  # not a pickle weights_only refused: not a pickle
-            raise ParamsProblem('not a readable params file (not a torch.save file of tensors)')
+            raise ParamsProblem(NOT_TORCH_SAVED)
         # weights_only refused it; torch's message is a page of advice: say it in a line
         raise ParamsProblem('holds Python objects, not only tensors: refused unread (a params '
                             'file is data; loading this one could run code)')
     except Exception as e:  # not a torch file, truncated
         with open(path, 'rb') as f:
-            head = f.read(2)
-        if not head:
-            raise ParamsProblem('not a readable params file (empty)')
-        if not head.startswith((b'PK', b'\x80')):  # neither torch.save's zip nor its old pickle
-            raise ParamsProblem('not a readable params file (not a torch.save file of tensors)')
+            problem = not_torch_saved(f.read(2))
+        if problem is not None:
+            raise ParamsProblem(problem)
         first = re.sub(r'\x1b\[[0-9;]*m', '', str(e)).splitlines()[0][:120] if str(e) else ''
         raise ParamsProblem(f'not a readable params file ({type(e).__name__}: {first})')
     if isinstance(state, dict) and {'model', 'optimizer', 'epoch'} <= set(state):

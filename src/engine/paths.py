@@ -96,7 +96,8 @@ def kind_problem(path, kind):
 def output_problem(path, others=(), kind=None):
     """Why `path` cannot be written as an output, or None. `others`: (name, path) of everything
     else the command reads or writes (None paths are skipped); `kind`: what the output is
-    ('params', 'predictions'), so that it replaces no file of another kind (kind_problem)."""
+    ('params', 'predictions', 'zip'), so that it replaces no file of another kind
+    (kind_problem)."""
     if path is None or path == '':
         return 'is an empty path'
     if path.endswith(('/', os.sep)) or os.path.basename(path) in ('.', '..'):

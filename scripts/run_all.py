@@ -59,7 +59,7 @@ MODELS = {
 DEFAULT_MODELS = [name for name in MODELS if name != 'perceiver-starter']
 FILE_STEM = {'perceiver-starter': 'perceiver-starter'}
 # Where the handout's own materials give two values, the one a model's commands above take
-# (../shared/SPEC.md, run.py): the report names it.
+# (the starters' facts, run.py): the report names it.
 READINGS = {
     'perceiver': 'pretraining rate 6e-4, as the 2022-23 handout text types its command; the '
                  'starter\'s scripts/run_perceiver.sh (and run.py\'s default) types 6e-3',

@@ -5,10 +5,13 @@
 #   bash scripts/setup.sh --test   also the test dependencies
 # Environment: PYTHON (default python3), TORCH_SPEC (default torch==2.13.0: a CPU build on the
 # project's machines; on a CUDA machine install torch first, e.g. `pip install torch`, or set
-# TORCH_SPEC=torch), A5_DATA_DIR (where the data files are; default ../shared/data).
+# TORCH_SPEC=torch), A5_DATA_DIR (your starter's folder, where the data files are: read only where
+# data/ does not hold them all already).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
+# the data first (it needs no package): a missing data folder is said before minutes of installing
+"$PYTHON" src/engine/datafiles.py
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
@@ -39,4 +42,3 @@ if [ "${1:-}" = "--test" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/nul
   { apt-get install -y -q python3-seccomp || { apt-get update -q && apt-get install -y -q python3-seccomp; }; } >/dev/null 2>&1 ||
     echo "note: could not install python3-seccomp (the Gradescope-like test conditions)"
 fi
-python src/engine/datafiles.py

@@ -42,6 +42,11 @@ PEOPLE = [('Ada Brook', 'London'), ('Ben Carter', 'Paris'), ('Cleo Dunn', 'Berli
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+
+def pytest_configure(config):
+    config.addinivalue_line('markers', 'user_sandbox: runs a probe as another user, who must reach '
+                            'this Python (.ci/run runs these again with its folder opened)')
+
 # fp32 means fp32 on a GPU too: TF32 matmuls (10-bit mantissa) would put the fast and plain paths
 # of the equivalence tests 1e-3 apart, beyond their tolerances, for a reason that is not theirs.
 torch.backends.cuda.matmul.allow_tf32 = False

@@ -68,3 +68,14 @@ def test_results_readme_indexes_every_folder_and_report_of_results():
             continue
         shown = name + '/' if os.path.isdir(os.path.join(results, name)) else name
         assert f'`{shown}' in index, f'results/README.md does not name {shown}'
+
+
+def test_no_tracked_file_outside_ci_names_the_workplaces_own_folder():
+    """A newcomer's clone has nothing beside it: only .ci/run may name the folder that lies
+    beside this project's own checkouts (CI's data comes from there)."""
+    beside = '..' + '/shared'  # (spelt apart, so that this file does not name it)
+    out = subprocess.run(['git', 'grep', '-l', '-F', beside, '--', '.', ':!.ci'], cwd=REPO,
+                         capture_output=True, text=True)
+    if out.returncode not in (0, 1):
+        pytest.skip('not a git checkout')
+    assert out.stdout.split() == []

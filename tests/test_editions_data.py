@@ -111,3 +111,26 @@ def test_dataset_script_under_the_rope_edition_prints_its_count():
                           capture_output=True, text=True, encoding='utf-8', timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[0] == 'data has 418351 characters, 256 unique.'
+
+
+def test_set_up_again_needs_no_folder_and_without_data_names_both(wikis, tmp_path, monkeypatch):
+    """Once data/ holds every file with its checksum it is used as it is (a second set-up needs
+    no A5_DATA_DIR); a data/ that lacks one, with no folder given, is one error naming the file
+    and A5_DATA_DIR, and copies nothing."""
+    data = tmp_path / 'data'
+    data.mkdir()
+    shutil.copy(os.path.join(REPO, 'data', 'SHA256SUMS'), data)
+    monkeypatch.setattr(datafiles, 'DATA', str(data))
+    monkeypatch.delenv(datafiles.DATA_DIR_ENV, raising=False)
+    with pytest.raises(UsageError, match=r'data/ lacks birth_dev\.tsv.*wiki\.txt.*A5_DATA_DIR'):
+        datafiles.setup()
+    assert sorted(os.listdir(data)) == ['SHA256SUMS']
+    monkeypatch.setenv(datafiles.DATA_DIR_ENV, str(wikis['2024-25']))
+    datafiles.setup()
+    monkeypatch.setenv(datafiles.DATA_DIR_ENV, str(tmp_path / 'moved-away'))
+    datafiles.setup()  # data/ complete: the stale folder is not read
+    monkeypatch.delenv(datafiles.DATA_DIR_ENV)
+    datafiles.setup()
+    (data / 'birth_dev.tsv').write_text('changed\n')
+    with pytest.raises(UsageError, match=r'data/ lacks birth_dev\.tsv and no data folder'):
+        datafiles.setup()

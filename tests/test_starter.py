@@ -3,8 +3,8 @@
 The markers' meaning on small sources written here (each kind, and the ways they combine); the
 handout files already marked read as each edition's starter: they compile, import no engine
 module, hold the public starter's statements (counted against their digests in
-tests/data/w25_starter_statements.json: the 2024-25 starter, ../shared/EDITIONS.md's
-W25-starter), and the students' blocks are emptied to `pass` (kept with --solved)."""
+tests/data/w25_starter_statements.json: the untouched 2024-25 starter
+code), and the students' blocks are emptied to `pass` (kept with --solved)."""
 import json
 import os
 import subprocess

@@ -3,7 +3,7 @@ file of that name is defined in the project's file (a student's or an autograder
 `from utils import get_name_prediction` works), dataset.py holds no name of the CPU recipe, and
 no two modules of src/ import each other, directly or in a loop.
 
-The names were read from public copies of the three starters (../shared/EDITIONS.md names them):
+The names were read from public copies of the three starters (the editions' notes name them):
 2021-22 parachutel/cs224n-stanford-winter2021 and amanchadha/stanford-cs224n-assignments-2021
 (a5/src), 2022-23 JosselinSomervilleRoberts/CS224N-HW5-minGPT (its first commit, src/), 2024-25
 ericdong314/nlp-stanford-cs224n (a4/student/src). Names a solution added there are left out."""

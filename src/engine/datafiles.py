@@ -1,7 +1,7 @@
 """Engine (free to change): the data files, set up and found.
 
-    python src/engine/datafiles.py [FOLDER]   # copy from FOLDER (your starter's folder), else
-                                              # $A5_DATA_DIR, else ../shared/data, into data/
+    python src/engine/datafiles.py [FOLDER]   # data/ as it is where it holds every file; else
+                                              # copied from FOLDER (your starter's) or $A5_DATA_DIR
 
 The handout's commands name the files bare (`wiki.txt`, `birth_dev.tsv`) because its students
 keep them in the working directory; `resolve` accepts that and falls back to data/.
@@ -20,7 +20,6 @@ from engine.common import UsageError, atomic_write
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA = os.path.join(REPO, 'data')
 DATA_DIR_ENV = 'A5_DATA_DIR'
-DEFAULT_SOURCE = os.path.join(os.path.dirname(REPO), 'shared', 'data')
 # wiki.txt as each edition ships it (sha256 of its bytes): the RoPE edition's (2024-25) is the
 # 2021-23 file without its final newline (419,252 bytes against 419,253; `data has 418351
 # characters`). A data folder may hold either; a run reads the one of its edition (as_edition).
@@ -62,12 +61,27 @@ ALSO_IN = {'input.txt': ('mingpt-demo', os.path.join('mingpt-demo', 'mingpt'))}
 OPTIONAL = ('input.txt',)
 
 
+def missing():
+    """The data files data/ lacks (or holds with a checksum of no edition), input.txt aside."""
+    return [name for name, digest in checksums().items() if name not in OPTIONAL
+            and not (os.path.isfile(os.path.join(DATA, name))
+                     and sha256(os.path.join(DATA, name)) in accepted(name, digest))]
+
+
 def setup(source=None):
-    """Copy every file named in data/SHA256SUMS from `source` into data/, verifying each (wiki.txt
-    may be either edition's). `source` may be a student's own starter folder (the handout's zip
-    puts wiki.txt and the birth_*.tsv files at its top). Files already in data/ with an
-    accepted checksum are left alone; input.txt (mingpt-demo's notebook) may be missing."""
-    source = source or os.environ.get(DATA_DIR_ENV) or DEFAULT_SOURCE
+    """Make data/ hold every file named in data/SHA256SUMS, each verified (wiki.txt may be
+    either edition's). Where it already does, nothing is read: a set-up run again needs no
+    folder. Else the files are copied from `source`, else from $A5_DATA_DIR: a student's own
+    starter folder (the handout's zip puts wiki.txt and the birth_*.tsv files at its top).
+    Files already in data/ with an accepted checksum are left alone; input.txt (mingpt-demo's
+    notebook) may be missing."""
+    if source is None and not missing():
+        return
+    source = source or os.environ.get(DATA_DIR_ENV)
+    if not source:
+        raise UsageError(f'data/ lacks {", ".join(missing())} and no data folder was given: set '
+                         f'{DATA_DIR_ENV} to your starter\'s folder (where the handout put wiki.txt '
+                         'and the birth_*.tsv files), or name it: python src/engine/datafiles.py FOLDER')
     if not os.path.isdir(source):
         raise UsageError(f'data folder {source}: not found (set {DATA_DIR_ENV}, or name the '
                          'folder that holds wiki.txt and the birth_*.tsv files: your starter\'s)')
@@ -117,9 +131,14 @@ def enter_data_folder(name):
 
 def edition_wiki(name='wiki.txt'):
     """The text of `name` (the pretraining corpus) as the checkout's edition ships it
-    (as_edition): dataset.py's examples print that edition's count."""
+    (as_edition): dataset.py's examples print that edition's count, saying so on stderr where
+    the edition was nobody's choice."""
+    edition, where = presets.edition_source()
+    note = presets.unchosen_note(where)
+    if note is not None:
+        print(note, file=sys.stderr)
     with open(name, encoding='utf-8') as f:
-        return as_edition(f.read(), presets.edition())
+        return as_edition(f.read(), edition)
 
 
 def main():

@@ -728,6 +728,7 @@ raise RuntimeError('seen ' + repr(SEEN))
 
 # (the user sandbox: the grader's second one, which runs the probe as another user, must reach
 # this Python: a Python under a folder closed to other users, a root account's pyenv, cannot)
+@pytest.mark.user_sandbox
 @pytest.mark.skipif(gradescope_like.problem() is not None or not SANDBOX
                     or user_sandbox.problem() is not None,
                     reason=f'no Gradescope-like conditions here: {gradescope_like.problem()}; '
@@ -778,3 +779,18 @@ def test_under_gradescopes_conditions_the_autograder_grades_as_with_every_privil
                 hostile['dataset: vocab']['output']
     finally:
         shutil.rmtree(shared, ignore_errors=True)
+
+
+def test_the_summary_says_a_skipped_check_is_skipped():
+    """A check left out with --skip is said so, not shown as '-' or 0/0."""
+    r = grade.empty_result('sub.zip')
+    r.update(handout='rope', year='2024-25', layout_ok=True,
+             accuracy={'rope.pretrain.dev.predictions': 31.0})
+    line = grade.summary(r, ['reproduction', 'dataset'])
+    assert 'reproduction skipped' in line and 'dataset skipped' in line
+    assert '(lowest)' not in line and '0/0' not in line
+    assert 'no predictions to reproduce' in grade.summary(r)
+    r['reproduced'] = {'rope.pretrain.dev.predictions': None}
+    assert 'reproduced none, 1 file(s) not regenerable' in grade.summary(r)
+    r['reproduced'] = {'rope.pretrain.dev.predictions': 0.98}
+    assert 'reproduced 98% (lowest);' in grade.summary(r)

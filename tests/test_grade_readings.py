@@ -196,3 +196,17 @@ def test_a_numpy_dataset_gives_the_same_figures_twice_in_the_sandbox(tmp_path):
         assert others_pass(results) == {}, results
         details.append(results['masked_length_mean'][1])
     assert details[0] == details[1]
+
+
+def test_an_empty_starters_dataset_is_told_it_returns_none_not_warned_of_short_documents(tmp_path):
+    """The 2024-25 starter's dataset.py with its blocks empty: __getitem__ returns None. Every
+    draw property fails saying so, and no warning blames the short documents (it fails on all)."""
+    import starter
+    with open(os.path.join(REPO, 'src', 'dataset.py'), encoding='utf-8') as f:
+        text = starter.starter_source(f.read(), '2024-25')
+    results, warnings = judged(tmp_path, text, handout='rope')
+    assert results['vocab'][0] is True
+    for name in ('tensors', 'lengths', 'shifted', 'pad_fill', 'truncation_length'):
+        ok, detail = results[name]
+        assert ok is False and 'returned None, not (x, y)' in detail, (name, detail)
+    assert warnings == []

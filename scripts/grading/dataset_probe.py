@@ -94,7 +94,12 @@ def draw(request, dataset):
     draws = []
     for idx in request['draws']:  # a draw that raises is [idx, the error]; the others go on
         try:
-            x, y = ds[idx]
+            item = ds[idx]
+            if item is None:  # an empty starter's __getitem__: the student's problem, named
+                draws.append([idx, f'CharCorruptionDataset[{idx}] returned None, not (x, y): '
+                                   'its __getitem__ returns nothing (not written yet?)'])
+                continue
+            x, y = item
             draws.append([idx, as_ids(x), as_ids(y)])
         except MemoryError:
             raise

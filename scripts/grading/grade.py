@@ -488,7 +488,7 @@ def grade_all(grader, args, found, tmp):
     with tqdm(total=len(found), desc='grading', unit='submission', file=sys.stderr) as bar:
         for i, (row, bad) in graded(grader, args, found, works):
             results[i], failed = row, failed + bad
-            tqdm.write(summary(row))
+            tqdm.write(summary(row, args.skip))
             bar.update()
     return results, failed
 
@@ -532,22 +532,26 @@ def find_submissions(paths_given):
     return found
 
 
-def summary(r):
-    """One line per submission for the terminal."""
+def summary(r, skipped=()):
+    """One line per submission for the terminal; `skipped`: the checks --skip left out."""
+    dataset = ('dataset skipped' if 'dataset' in skipped else
+               f'dataset {sum(ok is True for ok in r["dataset"].values())}/{len(r["dataset"])}')
     if r['handout'] is None:
-        passed = sum(ok is True for ok in r['dataset'].values())
         return (f'{r["submission"]}: {r["errors"][0] if r["errors"] else "not graded"}'
-                + (f'; dataset {passed}/{len(r["dataset"])}' if r['dataset'] else ''))
+                + (f'; {dataset}' if r['dataset'] else ''))
     acc = ', '.join(f'{k.replace(".predictions", "")} {v:g}%' for k, v in r['accuracy'].items())
     fractions = [v for v in r['reproduced'].values() if v is not None]
-    rep = min(fractions) if fractions else None
     lost = len(r['reproduced']) - len(fractions)
-    passed = sum(ok is True for ok in r['dataset'].values())
+    if 'reproduction' in skipped:
+        reproduced = 'reproduction skipped'
+    elif not r['reproduced']:
+        reproduced = 'no predictions to reproduce'
+    else:
+        reproduced = (f'reproduced {min(fractions):.0%} (lowest)' if fractions else 'reproduced none') \
+            + (f', {lost} file(s) not regenerable' if lost else '')
     return (f'{r["submission"]}: {r["handout"]} ({r["year"]}), layout '
-            f'{"ok" if r["layout_ok"] else "INCOMPLETE"}; {acc or "no accuracy"}; reproduced '
-            f'{"-" if rep is None else f"{rep:.0%}"} (lowest)'
-            + (f', {lost} file(s) not regenerable' if lost else '') + f'; dataset {passed}/'
-            f'{len(r["dataset"])}; {len(r["errors"])} error(s)')
+            f'{"ok" if r["layout_ok"] else "INCOMPLETE"}; {acc or "no accuracy"}; {reproduced}; '
+            f'{dataset}; {len(r["errors"])} error(s)')
 
 
 CONTROL = re.compile('[\x00-\x1f\x7f\u2028\u2029]')

@@ -93,8 +93,15 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if os.path.exists(args.out):
         ap.error(f'--out {args.out} exists; name a new folder')
-    data = make_data(os.path.join(args.out, 'data'), args.dev, args.test)
-    print(build(args.out, args.handout, data))
+    out = os.path.abspath(args.out)  # the commands below run in out/run
+    data = make_data(os.path.join(out, 'data'), args.dev, args.test)
+    try:
+        zipped = build(out, args.handout, data)
+    except subprocess.CalledProcessError as e:
+        said = (e.stderr or b'').decode('utf-8', 'replace').strip().splitlines()
+        raise SystemExit(f'error: making the sample submission in {args.out}: '
+                         f'{" ".join(e.cmd[:2])} failed: {said[-1] if said else e}')
+    print(os.path.relpath(zipped))
 
 
 if __name__ == '__main__':

@@ -33,7 +33,9 @@ def zip_name(handout):
 
 
 def src_members():
-    names = set()
+    """src/ as the zip holds it: its files, and src/edition.txt, which the zip always carries
+    (stamped with its edition) whether or not the checkout has one."""
+    names = {'src/edition.txt'}
     for root, dirs, files in os.walk(os.path.join(REPO, 'src')):
         dirs[:] = [d for d in dirs if d != '__pycache__' and not d.startswith('.')]
         for f in files:
@@ -281,7 +283,7 @@ def checkout_copy(tmp_path, edition=None):
     shutil.copy(os.path.join(REPO, 'scripts', 'grading', 'submission.py'), repo / 'scripts' / 'grading')
     shutil.copy(SCRIPT, repo)
     if edition is None:  # a checkout without the setting (the default edition)
-        (repo / 'src' / 'edition.txt').unlink()
+        (repo / 'src' / 'edition.txt').unlink(missing_ok=True)
     else:
         (repo / 'src' / 'edition.txt').write_text(edition + '\n')
     return repo

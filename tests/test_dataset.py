@@ -378,6 +378,10 @@ def test_the_checkout_sets_its_edition_once(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(presets, 'EDITION_FILE', str(setting))
     monkeypatch.delenv(presets.EDITION_ENV, raising=False)
     assert presets.edition_source() == ('2021-23', 'the default')
+    # nobody chose: a command says which edition it follows and the one command that sets it
+    note = presets.unchosen_note(presets.edition_source(variant='vanilla')[1])
+    assert '2021-23 edition (the default' in note and \
+        'python src/engine/presets.py --edition 2024-25' in note
     presets.main(['--edition', '2024-25'])
     assert setting.read_text() == '2024-25\n'
     assert 'this checkout follows the 2024-25 edition' in capsys.readouterr().out
@@ -385,6 +389,8 @@ def test_the_checkout_sets_its_edition_once(tmp_path, monkeypatch, capsys):
     x, y = dataset.CharCorruptionDataset('Ada Brook was born in London.\n' * 3, 128)[0]
     assert len(x) == len(y) == 128
     assert presets.edition(variant='synthesizer') == '2021-23'  # a variant of one edition
+    for chosen in ((None, None), (None, 'rope'), ('2021-23', 'vanilla')):  # nothing more to say
+        assert presets.unchosen_note(presets.edition_source(*chosen)[1]) is None, chosen
     monkeypatch.setenv(presets.EDITION_ENV, '2021-23')  # the environment over the checkout
     assert presets.edition_source(variant='vanilla') == ('2021-23', presets.EDITION_ENV)
     assert presets.edition('2024-25', 'vanilla') == '2024-25'  # --edition over everything

@@ -351,6 +351,14 @@ def device(args):
     return where
 
 
+def say_edition(args):
+    """Where nobody chose the command's edition, say which it follows, as its work starts (on
+    stderr: stdout keeps the starter's printed lines; a bad input's error stays the one line)."""
+    note = presets.unchosen_note(args.edition_from)
+    if note is not None and distributed.rank() == 0:
+        print(note, file=sys.stderr, flush=True)
+
+
 # the flags beyond the handout's that change what a run computes or draws (the others change
 # where or how fast it runs, or what it refuses)
 CHANGING = ('max_epochs', 'batch_size', 'seed', 'dropout', 'precision', 'compile',
@@ -448,7 +456,9 @@ def training(args, function, data, tconf, device, writer, pretrain_dataset=None,
     length = len(vocab)  # the handout's schedule counts the pretraining corpus's examples
     if presets.recipe(args.preset):
         data, length = cpu_recipe.training_data(args, args.stage, vocab, data, length, questions)
-    return data, trainer_config(args, args.stage, tconf, length, device, writer)
+    tconf = trainer_config(args, args.stage, tconf, length, device, writer)
+    say_edition(args)
+    return data, tconf
 
 
 def pack_multiple(args, stage):
@@ -615,6 +625,7 @@ def evaluate(gpt, args, vocab, device):
     blank), one a line in --outputs_path written whole or not at all, scored as
     utils.evaluate_places scores a well-formed file; the handout's printed line; the record."""
     prompts, gold_lines = inputs.read_evaluation(args.eval_path, vocab.stoi, args.strict)
+    say_edition(args)
     precision = devices.pick_precision(args.precision, device, training=False)
     predictions = predict(gpt, prompts, vocab, device, precision, args.eval_batch_size)
 

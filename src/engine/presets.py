@@ -56,8 +56,9 @@ HANDOUT = {
 # bottleneck_dim. Which one a command follows: see edition() below.
 EDITION_ENV = 'CS224N_EDITION'
 DEFAULT_EDITION = '2021-23'
-# The edition this checkout follows, set once (`python src/engine/presets.py --edition 2024-25`). It lives
-# in src/ so that it travels with the code: collect_submission.sh stamps the zip's copy with the
+# The edition this checkout follows, set once (`python src/engine/presets.py --edition 2024-25`; no
+# file: the default), a file git ignores, so a switch leaves the clone clean. It lives in src/ so
+# that it travels with the code: collect_submission.sh stamps the zip's copy with the
 # zip's edition, and an autograder's bare `import dataset` in an unzipped submission follows it.
 EDITION_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                             'edition.txt')
@@ -105,6 +106,16 @@ def edition_source(name=None, variant=None):
                          + ('; `python src/engine/presets.py --edition NAME` rewrites it)'
                             if where == EDITION_FILE else ')'))
     return name, where
+
+
+def unchosen_note(where):
+    """The line (for stderr) a command prints where nobody chose its edition, else None: a
+    2024-25 student in a checkout never set would otherwise get 2021-23's lengths unawares."""
+    if where != 'the default':
+        return None
+    return (f'note: this command follows the {DEFAULT_EDITION} edition (the default: the synthesizer and '
+            'perceiver handouts); RoPE-edition (2024-25) students set theirs once: '
+            'python src/engine/presets.py --edition 2024-25')
 
 
 def edition(name=None, variant=None):

@@ -2,7 +2,9 @@
 README's results table, the maintainers' GPU table, the students' CPU table, the CPU recipes'
 page, each run folder's README and report, and the figures a loaded CPU run prints
 (results/cpu-20min/under-load.json). Scored as the handout scores them: a prediction is right
-when it is the dev line's place, character for character. Also: results/ stays lean."""
+when it is the dev line's place, character for character. The times and counts the pages state
+recompute from the records beside them (logs, run records, timings, reports). Also: results/
+stays lean."""
 import json
 import os
 import re
@@ -248,6 +250,80 @@ def test_the_results_indexs_headlines_are_their_folders_figures():
             assert figure in given, f'results/README.md: {row[0]}: {figure}%'
             checked += 1
     assert checked >= 10
+
+
+def record(folder, name):
+    with open(os.path.join(REPO, folder, name), encoding='utf-8') as f:
+        return json.load(f)
+
+
+def cpu_wall(run):
+    """A cpu-20min run's wall seconds: the last line of its main.log ('rc 0 wall 1181 s')."""
+    last = read(f'{cpu_run(run)}/main.log').strip().splitlines()[-1]
+    return int(re.fullmatch(r'rc 0 wall (\d+) s', last).group(1))
+
+
+def test_the_cpu_runs_wall_times_and_steps_are_their_records():
+    rows = {int(r[0].split('-')[0]): r for r in table_rows(read(f'{CPU}/README.md'), '')
+            if re.match(r'\d+', r[0])}
+    for run, row in rows.items():
+        wall = cpu_wall(run)
+        assert row[3].strip('*') == f'{wall // 60} min {wall % 60} s', f'run {run}: {row[3]}'
+        steps = record(cpu_run(run), 'vanilla.pretrain.params.run.json')['steps']
+        assert f'{steps:,} steps' in row[2], f'run {run}: {row[2]}'
+    walls = [cpu_wall(r) for r in rows]
+    low, high = min(walls), max(walls)
+    stated = f'{low // 60}:{low % 60:02d} to {high // 60}:{high % 60:02d} minutes each'
+    assert stated in ' '.join(read('docs/cpu-recipe.md').split()), stated
+    # the students' page: what a light load cost against the idle runs' median
+    steps = {r: record(cpu_run(r), 'vanilla.pretrain.params.run.json')['steps'] for r in rows}
+    idle = statistics.median(steps[r] for r in CPU_IDLE)
+    lost = sorted(round(100 * (1 - steps[r] / idle)) for r in (16, 21, 27))
+    assert (f'a light load cost {lost[0]}\u2013{lost[-1]}% of them (against the idle runs\' '
+            f'median of {idle:,})') in ' '.join(read('docs/students.md').split())
+    idle_walls = [cpu_wall(r) for r in CPU_IDLE]
+    assert (f'{min(idle_walls) // 60}:{min(idle_walls) % 60}\u2013{max(idle_walls) // 60}:'
+            f'{max(idle_walls) % 60} minutes each') in ' '.join(read('README.md').split())
+
+
+def test_the_gpu_runs_times_are_their_records():
+    side = record(H200, 'report.json')
+    first = record(H200, 'timings-first-call.json')
+    second = side['wall_seconds']
+    before = max(v['pretrain so far'] for v in first.values() if 'pretrain so far' in v)
+    at_least = int(before + second)
+    for page in ('README.md', 'docs/gpu.md', 'docs/maintainers.md', 'results/README.md',
+                 f'{H200}/README.md'):
+        text = ' '.join(read(page).split())
+        assert f'at least {at_least} s' in text or f'at least **{at_least} s**' in text, page
+        assert '702 s' not in text, page
+    assert f'{second:.1f} s' in read(f'{H200}/README.md')
+    assert f'{before:.1f} s' in read('docs/gpu.md')
+    timings = record(H200, 'timings.json')
+    for row in table_rows(read(f'{H200}/README.md'), ''):
+        model = {'vanilla': 'vanilla', 'synthesizer': 'synthesizer', 'rope': 'rope',
+                 'perceiver, rate 6e-4 (the 2022-23 handout text)': 'perceiver'}.get(row[0])
+        if model:
+            assert row[3] == str(round(timings[model]['pretrain'])), row
+    assert f'`--side_by_side {side["side_by_side"]}`' in read(f'{H200}/README.md')
+    fp32 = 'results/h100-80gb-hbm3/27b5b3a/vanilla-fp32'
+    stages = sum(sum(m['seconds'].values()) for m in record(fp32, 'report.json')['models'])
+    for page in ('docs/gpu.md', 'docs/maintainers.md', 'results/README.md',
+                 'results/h100-80gb-hbm3/27b5b3a/README.md'):
+        text = read(page)
+        assert f'{stages:.1f} s' in text, page
+        assert '182 s' not in text, page
+
+
+def test_the_grading_time_is_the_sandboxed_graders_record():
+    times = [float(t) for line in read('results/grading.md').split('## Earlier the same day, before')[0]
+             .splitlines() if 'grading one complete submission took' in line
+             for t in re.findall(r'\d+\.\d', line.split('took')[1].split('(')[0])]
+    assert len(times) == 12
+    stated = f'{min(times)}-{max(times)} s per submission'
+    assert stated in read('results/README.md')
+    assert stated.replace('-', '\u2013').replace(' per submission', '') in \
+        ' '.join(read('scripts/grading/README.md').split())
 
 
 def test_results_holds_at_most_250_files():

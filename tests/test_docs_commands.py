@@ -153,13 +153,14 @@ def test_the_check_finds_a_script_a_flag_and_a_params_file_that_are_not_there():
 # The quick ones: (what a page's command must match, what to change as it runs). Each is run from
 # every page that shows it, in this order; each must be shown somewhere.
 QUICK = [
-    ('the edition switch and back', r'python src/engine/presets\.py --edition \S+$', None),
     ('the starter', r'python scripts/grading/starter\.py ', 'out'),
     ('the handout\'s examples', r'python src/dataset\.py (namedata|charcorruption)$', None),
     ('London', r'python src/london_baseline\.py$', None),
     ('no pretraining, one epoch', r'python src/run\.py (finetune|evaluate) vanilla .*vanilla\.model\.params',
      'one epoch'),
     ('a sample submission graded', r'python scripts/grading/(sample_submission|grade)\.py ', None),
+    # (last: before it, nobody has chosen the clone's edition, and the commands say so)
+    ('the edition switch and back', r'python src/engine/presets\.py --edition \S+$', None),
 ]
 
 
@@ -222,8 +223,7 @@ def test_the_quick_commands_run_as_typed_in_a_fresh_clone(fresh, tmp_path):
             if kind.startswith('no pretraining'):  # a checkout whose edition nobody set says so
                 assert 'follows the 2021-23 edition (the default' in out.stderr, out.stderr
     assert (clone / 'vanilla.nopretrain.dev.predictions').is_file()
-    assert not (clone / 'src' / 'edition.txt').exists() or \
-        (clone / 'src' / 'edition.txt').read_text().strip() == '2021-23'
+    assert (clone / 'src' / 'edition.txt').read_text() == '2021-23\n'  # switched, and back
     status = subprocess.run(['git', 'status', '--porcelain'], cwd=clone, capture_output=True,
                             text=True).stdout
     assert status == '', f'the commands left files git does not ignore:\n{status}'

@@ -17,6 +17,7 @@ NOT_OURS = {
     'scripts/run_rope.sh': "the 2024-25 starter's script",
     'a5/src/trainer.py': "a file of the public starter copies named beside it",
     'train/loss': 'a tensorboard tag', 'train/lr': 'a tensorboard tag',
+    'src/edition.txt': 'written by `python src/engine/presets.py --edition NAME`; git ignores it',
 }
 MADE_BY_RUNS = ('runs/', 'expt/')
 TOKEN = re.compile(r'`([^`\s]+)`|\]\(([^)\s]+)\)')

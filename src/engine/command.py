@@ -12,6 +12,7 @@ import json
 import math
 import os
 import random
+import shutil
 import sys
 import time
 
@@ -279,6 +280,10 @@ def check_args(args):
     if training:
         inputs.check_log_folder(tensorboard_dir(args))
     claim_outputs(args, training)
+    # a pipe gives its text once: the checks and the handout's lines read a copy of what came
+    args.corpus_path, args.finetune_path, args.eval_path = (
+        inputs.read_once(path, _INPUT_COPIES)
+        for path in (args.corpus_path, args.finetune_path, args.eval_path))
     # the handout's lines open the inputs by these flags: where each one was found
     args.pretrain_corpus_path, args.finetune_corpus_path = args.corpus_path, args.finetune_path
     args.eval_corpus_path = args.eval_path
@@ -293,6 +298,7 @@ def check_args(args):
 
 
 _CLAIMS = []  # the outputs this command writes, claimed for it until it ends (finish)
+_INPUT_COPIES = []  # folders holding what a pipe gave (inputs.read_once), removed at the end
 
 
 def claim_outputs(args, training):
@@ -413,11 +419,13 @@ def writer(args, make):
 
 def finish():
     """The command's end, however it ends: every scalar logged so far written to the events
-    file (also after an interrupt), its outputs' claims let go."""
+    file (also after an interrupt), its outputs' claims let go, its copies of piped inputs gone."""
     while _WRITERS:
         _WRITERS.pop().close()
     while _CLAIMS:
         _CLAIMS.pop().release()
+    while _INPUT_COPIES:
+        shutil.rmtree(_INPUT_COPIES.pop(), ignore_errors=True)
 
 
 def corpus_text(args, text):
@@ -636,7 +644,7 @@ def evaluate(gpt, args, vocab, device):
     common.atomic_write(args.outputs_path, write)
     total, correct = inputs.score_places(gold_lines, predictions)
     write_record(args, args.outputs_path, device, precision=precision,
-                 eval_corpus_path=args.eval_path, questions=len(predictions),
+                 eval_corpus_path=inputs.shown(args.eval_path), questions=len(predictions),
                  correct=int(correct) if total > 0 else None)
     if total > 0:
         print(f'Correct: {correct} out of {total}: {correct/total*100}%')

@@ -45,8 +45,9 @@ def training_data(args, stage, pretrain_dataset, data, schedule_length, question
 def mixed(pretrain_dataset, questions, mix, args):
     """The preset's mixed training set (BornViewMix), said out loud: it is not the handout's."""
     if distributed.rank() == 0:
-        print(f'the {args.preset} preset trains on short views of {args.pretrain_corpus_path} '
-              f'mixed with the questions of {args.finetune_path} ({mix["question_share"]:.0%} of '
+        print(f'the {args.preset} preset trains on short views of '
+              f'{inputs.shown(args.pretrain_corpus_path)} mixed with the questions of '
+              f'{inputs.shown(args.finetune_path)} ({mix["question_share"]:.0%} of '
               f'each batch): not the handout\'s data (src/engine/presets.py)', flush=True)
     return BornViewMix(pretrain_dataset, questions, mix['question_share'], mix['lead'])
 

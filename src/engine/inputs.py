@@ -7,7 +7,9 @@ written."""
 import os
 import pickle
 import re
+import shutil
 import sys
+import tempfile
 import warnings
 import zipfile
 
@@ -42,6 +44,29 @@ def check_log_folder(folder):
             '(run from a folder you can write to)'))
 
 
+_SHOWN = {}  # a copy read_once made -> the path the command was given (for messages)
+
+
+def shown(path):
+    """The path to name in a message: the one given, where `path` is read_once's copy of it."""
+    return _SHOWN.get(path, path)
+
+
+def read_once(path, held):
+    """A path the command can read as often as its lines do: `path` where it is a regular file;
+    else (a pipe such as `<(cat wiki.txt)`, a device) a file of the command's own holding its
+    bytes, read now, once. `held` collects the folders made, for the command's end to remove."""
+    if path is None or os.path.isfile(path):
+        return path
+    folder = tempfile.mkdtemp(prefix='cs224n-input-')
+    held.append(folder)
+    copy = os.path.join(folder, 'input')
+    with open(path, 'rb') as src, open(copy, 'wb') as dest:
+        shutil.copyfileobj(src, dest)
+    _SHOWN[copy] = path
+    return copy
+
+
 def read_text(path, flag, lines=False):
     """The text of the file given by `flag` (lines=True: its lines, line ends kept as they are);
     a file that is not UTF-8 is an error naming it."""
@@ -49,7 +74,7 @@ def read_text(path, flag, lines=False):
         with open(path, encoding='utf-8', newline='' if lines else None) as f:
             return list(f) if lines else f.read()
     except UnicodeDecodeError as e:
-        raise UsageError(f'{flag} {path}: not UTF-8 text ({e.reason} at byte {e.start})')
+        raise UsageError(f'{flag} {shown(path)}: not UTF-8 text ({e.reason} at byte {e.start})')
 
 
 def mask_of(stoi):
@@ -93,13 +118,13 @@ def check_corpus(corpus_path, text):
     own line): not empty, no reserved character (MASK_CHAR, PAD_CHAR: an error naming its
     line). Returns its characters (the vocabulary without the two)."""
     if not text.strip():
-        raise UsageError(f'pretrain_corpus_path {corpus_path} is empty')
+        raise UsageError(f'pretrain_corpus_path {shown(corpus_path)} is empty')
     chars = set(text)
     try:
         refuse_reserved(chars, RESERVED)
     except Reserved as e:
         line = next((f' line {i}' for i, s in enumerate(text.split('\n'), 1) if e.char in s), '')
-        raise UsageError(f'pretrain_corpus_path {corpus_path}{line}: {e}')
+        raise UsageError(f'pretrain_corpus_path {shown(corpus_path)}{line}: {e}')
     return chars
 
 
@@ -112,12 +137,12 @@ def check_plain_questions(path, chars):
     KeyError), a file that is not "question<TAB>place" or bare questions throughout."""
     for lineno, row in enumerate(read_gold_lines(path, '--eval_corpus_path'), 1):
         if row is None:
-            raise UsageError(f'--eval_corpus_path {path} line {lineno}: blank (the handout\'s '
+            raise UsageError(f'--eval_corpus_path {shown(path)} line {lineno}: blank (the handout\'s '
                              'evaluation, --plain, takes none; without --plain it is answered '
                              'blank)')
         unknown = sorted(set(row[0]) - set(chars))
         if unknown:
-            raise UsageError(f'--eval_corpus_path {path} line {lineno}: character '
+            raise UsageError(f'--eval_corpus_path {shown(path)} line {lineno}: character '
                              f'{unknown[0]!r} is not in the pretraining vocabulary')
 
 
@@ -152,9 +177,9 @@ def check_finetune(path, chars):
         lines = question_lines(text.encode('utf-8').decode('ascii', errors='ignore').split('\n'),
                                set(chars) | set(RESERVED))
     except UsageError as e:
-        raise UsageError(f'--finetune_corpus_path {path}: {e}')
+        raise UsageError(f'--finetune_corpus_path {shown(path)}: {e}')
     if len(lines) <= 1:
-        raise UsageError(f'--finetune_corpus_path {path} has no examples')
+        raise UsageError(f'--finetune_corpus_path {shown(path)} has no examples')
 
 
 def read_finetune(path, pretrain_dataset, make):
@@ -164,9 +189,9 @@ def read_finetune(path, pretrain_dataset, make):
     try:
         names = make(pretrain_dataset, text)
     except UsageError as e:  # which line: say which file too
-        raise UsageError(f'--finetune_corpus_path {path}: {e}')
+        raise UsageError(f'--finetune_corpus_path {shown(path)}: {e}')
     if len(names) == 0:
-        raise UsageError(f'--finetune_corpus_path {path} has no examples')
+        raise UsageError(f'--finetune_corpus_path {shown(path)} has no examples')
     return names
 
 
@@ -179,7 +204,7 @@ def read_gold_lines(path, flag):
     file, and a line that breaks this, is an error naming the file and the line."""
     lines = read_text(path, flag, lines=True)
     if not any(line.strip() for line in lines):
-        raise UsageError(f'{flag} {path} has no questions (the file is empty)')
+        raise UsageError(f'{flag} {shown(path)} has no questions (the file is empty)')
     rows = []
     gold = None  # whether the file's lines have a place column: the first non-blank line says
     for lineno, line in enumerate(lines, 1):
@@ -189,19 +214,19 @@ def read_gold_lines(path, flag):
             continue
         tabs = line.count('\t')
         if tabs > 1:
-            raise UsageError(f'{flag} {path} line {lineno}: expected '
+            raise UsageError(f'{flag} {shown(path)} line {lineno}: expected '
                              f'"question<TAB>place" or a bare question, found {tabs} tabs')
         if gold is None:
             gold, first = tabs == 1, lineno
         elif gold != (tabs == 1):
-            raise UsageError(f'{flag} {path} line {lineno}: '
+            raise UsageError(f'{flag} {shown(path)} line {lineno}: '
                              + ('no tab, but line {} has "question<TAB>place"' if gold else
                                 'has a tab, but line {} is a bare question').format(first))
         question, _, place = line.partition('\t')
         if gold and not question.strip():
-            raise UsageError(f'{flag} {path} line {lineno}: empty question before the tab')
+            raise UsageError(f'{flag} {shown(path)} line {lineno}: empty question before the tab')
         if gold and not place.strip():
-            raise UsageError(f'{flag} {path} line {lineno}: empty place after the tab '
+            raise UsageError(f'{flag} {shown(path)} line {lineno}: empty place after the tab '
                              '(a line is "question<TAB>place")')
         rows.append((question, place.strip() if gold else None))
     return rows
@@ -228,15 +253,15 @@ def read_evaluation(path, stoi, strict):
             continue
         lines.append([row[0]] if row[1] is None else [row[0].strip(), row[1]])
         if mask in row[0]:
-            raise UsageError(f'--eval_corpus_path {path} line {lineno}: the question holds '
+            raise UsageError(f'--eval_corpus_path {shown(path)} line {lineno}: the question holds '
                              f'{mask} (the mask character), after which the answer is read')
         question = row[0] + mask
         unknown = sorted(set(question) - set(stoi))
         if unknown:
             if strict:
-                raise UsageError(f'--eval_corpus_path {path} line {lineno}: character '
+                raise UsageError(f'--eval_corpus_path {shown(path)} line {lineno}: character '
                                  f'{unknown[0]!r} is not in the pretraining vocabulary')
-            print(f'warning: {path} line {lineno}: dropped characters outside the '
+            print(f'warning: {shown(path)} line {lineno}: dropped characters outside the '
                   f'vocabulary: {"".join(unknown)!r}', file=sys.stderr)
         prompts.append([stoi[c] for c in question if c in stoi])
     return prompts, lines
@@ -366,6 +391,10 @@ def read_state(path, device='cpu', max_bytes=None):
     if odd is not None:
         raise ParamsProblem(f'holds {odd} as a {str(state[odd].layout).split(".")[-1]} tensor '
                             '(a params file holds dense ones)')
+    odd = next((k for k, v in state.items() if v.is_meta), None)
+    if odd is not None:
+        raise ParamsProblem(f'not a params file: its tensors hold no data ({odd} is on the meta '
+                            'device: shapes only)')
     return state
 
 
@@ -389,5 +418,5 @@ def load_params(gpt, path, wanted, device):
         problem = str(e)
     if problem is not None:
         sep = ' ' if problem.startswith('is ') else ': '
-        raise UsageError(f'--reading_params_path {path}{sep}{problem}')
+        raise UsageError(f'--reading_params_path {shown(path)}{sep}{problem}')
     gpt.load_state_dict(state)

@@ -29,7 +29,9 @@ def main():
                                 'questions): there is no accuracy to compute')
     with open(path, encoding='utf-8') as f:
         questions = f.readlines()
-    total, correct = utils.evaluate_places(path, ['London'] * len(questions))
+    # [engine] scored as run.py scores (blank lines, CRLF ends), where the handout's raises:
+    total, correct = inputs.evaluate_places(path, ['London'] * len(questions))  # [engine]
+    #[2021-22 2022-23 2024-25] total, correct = utils.evaluate_places(path, ['London'] * len(questions))
     if total > 0:
         accuracy = correct / total * 100
     print('Correct: {} out of {}: {}%'.format(correct, total, accuracy))

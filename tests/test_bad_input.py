@@ -672,7 +672,8 @@ def test_evaluation_reads_its_file_once_so_a_pipe_is_scored(ws, tmp_path):
 
 def test_malformed_params_are_one_problem_each_never_a_crash(tmp_path):
     """Params files crafted against the grader (torch.load reads them all with weights_only):
-    a key that is no name, a sparse tensor, a perceiver's C that is not 3-D. Each is one
+    a key that is no name, a sparse tensor, tensors with no data (the meta device), a
+    perceiver's C that is not 3-D. Each is one
     ParamsProblem or a mismatch in words; before, a TypeError, a RuntimeError from
     load_state_dict and an IndexError ended the grading of the submission as 'grader error'."""
     from engine import inputs
@@ -680,13 +681,18 @@ def test_malformed_params_are_one_problem_each_never_a_crash(tmp_path):
                                     bottleneck_dim=8))
     state = gpt.state_dict()
     cases = {'key': {**state, 7: torch.zeros(1)},
-             'sparse': {**state, 'head.weight': state['head.weight'].to_sparse()}}
+             'sparse': {**state, 'head.weight': state['head.weight'].to_sparse()},
+             # the right keys and shapes on the meta device: load_state_dict's "Cannot copy
+             # out of meta tensor" was a grader error
+             'meta': {k: torch.empty(v.shape, dtype=v.dtype, device='meta') for k, v in state.items()}}
+    said = {'key': "key 7 is not a parameter's name",
+            'sparse': 'holds head.weight as a sparse_coo tensor',
+            'meta': 'not a params file: its tensors hold no data'}
     for name, bad in cases.items():
         torch.save(bad, tmp_path / f'{name}.params')
         with pytest.raises(inputs.ParamsProblem) as e:
             inputs.read_state(str(tmp_path / f'{name}.params'))
-        assert ("key 7 is not a parameter's name" if name == 'key' else
-                'holds head.weight as a sparse_coo tensor') in str(e.value)
+        assert said[name] in str(e.value)
     flat = {**state, 'down_block.C': state['down_block.C'].reshape(-1)}
     torch.save(flat, tmp_path / 'flat.params')
     problem = inputs.params_mismatch(gpt, inputs.read_state(str(tmp_path / 'flat.params')),
@@ -738,3 +744,67 @@ def test_params_whose_zip_metadata_reads_as_no_zip_kind_are_one_problem(tmp_path
     monkeypatch.setattr(zipfile, 'ZipFile', Odd)
     assert inputs.unpacked_size_problem(str(path), 1 << 20) == \
         'not a readable params file (a damaged or truncated zip)'
+
+
+def test_a_corpus_and_questions_given_through_pipes_are_read_once(ws, tmp_path):
+    """`pretrain vanilla <(cat corpus.txt)`: the check read the pipe, then the handout's
+    open(...).read() found it empty and trained on nothing (exit 0). Each input is now read once
+    and handed on: pretraining and finetuning through pipes train on what came, and an empty
+    pipe is refused like an empty file."""
+    def through_pipes(*words):
+        return subprocess.run(['bash', '-c', f'"{sys.executable}" "{RUN}" ' + ' '.join(words)],
+                              cwd=ws, env=ENV, capture_output=True, text=True, timeout=300)
+    params = tmp_path / 'pipe.params'
+    proc = through_pipes('pretrain vanilla <(cat corpus.txt)',
+                         '--writing_params_path', str(params), '--max_epochs', '1', *FAST)
+    assert proc.returncode == 0, proc.stderr
+    assert f'data has {len(CORPUS)} characters' in proc.stdout, proc.stdout
+    assert params.is_file()
+    proc = through_pipes('finetune vanilla <(cat corpus.txt) --finetune_corpus_path <(cat train.tsv)',
+                         '--writing_params_path', str(tmp_path / 'ft.params'), '--max_epochs', '1',
+                         *FAST)
+    assert proc.returncode == 0, proc.stderr
+    steps = json.loads((tmp_path / 'ft.params.run.json').read_text())['steps']
+    assert steps >= 1
+    proc = through_pipes('pretrain vanilla <(cat empty.txt)', '--writing_params_path',
+                         str(tmp_path / 'none.params'), *FAST)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].endswith('is empty'), \
+        proc.stderr
+    assert '/dev/fd/' in proc.stderr and 'cs224n-input-' not in proc.stderr  # the name given
+    assert not (tmp_path / 'none.params').exists()
+
+
+def test_london_scores_a_file_with_crlf_blank_lines_and_no_last_newline(tmp_path):
+    """The handout's utils.evaluate_places raised an IndexError on a blank line (a 13-line
+    traceback); London scores such a file as run.py evaluate does."""
+    (tmp_path / 'dev.tsv').write_bytes(b'Where was Ada born?\tLondon\r\n\r\nWhere was Bo born?\tParis'
+                                       b'\r\n\nWhere was Cy born?\tLondon')
+    proc = subprocess.run([sys.executable, os.path.join(os.path.dirname(RUN), 'london_baseline.py'),
+                           'dev.tsv'], cwd=tmp_path, env=ENV, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == 'Correct: 2.0 out of 3.0: 66.66666666666666%'
+    assert (tmp_path / 'london_baseline_accuracy.txt').read_text() == '66.66666666666666\n'
+
+
+@pytest.mark.parametrize('failure', ['torch', 'os'])
+def test_a_disk_that_fills_while_params_are_written_is_one_line(cli, ws, monkeypatch, failure):
+    """torch.save's writer fails on a full disk with a RuntimeError ("file write failed"), a
+    plain write with ENOSPC: after training, one error line saying it could not write the
+    params; the old params file is as it was and no temporary file is left beside it."""
+    import errno
+    real_save = torch.save
+
+    def full_disk(obj, f, *a, **k):
+        if not str(f).endswith('old.params'):  # (the checkpoints: written, then removed)
+            return real_save(obj, f, *a, **k)
+        with open(f, 'wb') as out:
+            out.write(b'PK\x03\x04 half')
+        if failure == 'torch':
+            raise RuntimeError('[enforce fail at inline_container.cc:603] . PytorchStreamWriter '
+                               'failed writing file data/0: file write failed')
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(torch, 'save', full_disk)
+    line = assert_one_error(cli('pretrain', 'vanilla', 'corpus.txt', '--max_epochs', '1', *PT),
+                            ws, 'cannot write', 'old.params', 'nothing replaced')
+    assert failure == 'torch' or 'No space left on device' in line

@@ -401,3 +401,14 @@ def test_the_checkout_sets_its_edition_once(tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit) as e:
         presets.main(['--edition', '2023'])
     assert e.value.code == 2 and setting.read_text() == '2023\n'  # a bad name writes nothing
+
+
+def test_the_examples_with_a_bad_edition_are_one_error_line(tmp_path):
+    """`CS224N_EDITION=bogus python src/dataset.py charcorruption`: one error line naming the
+    variable, exit 2 (a traceback ending in UsageError before)."""
+    env = dict(os.environ, CS224N_EDITION='bogus')
+    proc = subprocess.run([sys.executable, os.path.join(REPO, 'src', 'dataset.py'), 'charcorruption'],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == ["error: CS224N_EDITION 'bogus': no such edition (choose "
+                                        "from 2021-23, 2024-25)"], proc.stderr

@@ -552,7 +552,11 @@ def test_a_resumed_run_counts_the_interrupted_calls_and_ignores_a_forged_count(t
     resumed = trainer.Trainer(make(), data, None, trainer.TrainerConfig(**values, resume=True))
     resumed.train()
     assert resumed.run.before == spent
-    for forged in ('a day', {'calls': '1', 'seconds': 0.0, 'training': 0.0}, None):
+    for forged in ('a day', {'calls': '1', 'seconds': 0.0, 'training': 0.0}, None,
+                   {'calls': 10 ** 400, 'seconds': 1.0, 'training': 1.0},
+                   {'calls': 1, 'seconds': float('inf'), 'training': 1.0},
+                   {'calls': 1, 'seconds': 1.0, 'training': float('nan')},
+                   {'calls': True, 'seconds': 1.0, 'training': 1.0}):
         state['spent'] = forged
         torch.save(state, path)
         resumed = trainer.Trainer(make(), data, None, trainer.TrainerConfig(**values, resume=True))

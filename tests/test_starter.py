@@ -197,6 +197,14 @@ def test_the_command_writes_each_editions_starter_and_never_over_a_file(tmp_path
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stderr.count('\n') == 1, proc.stderr
     assert (tmp_path / '2024-25' / 'src' / 'run.py').read_text(encoding='utf-8') == before
+    # --out naming a file: one line (a NotADirectoryError traceback before), the file kept
+    (tmp_path / 'notes.txt').write_text('mine\n')
+    proc = subprocess.run([sys.executable, os.path.join(REPO, 'scripts', 'grading', 'starter.py'),
+                           '--edition', '2024-25', '--out', str(tmp_path / 'notes.txt')],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.splitlines() == [
+        f'error: --out {tmp_path / "notes.txt"}: a file, not a folder (name a new folder)'], proc.stderr
+    assert (tmp_path / 'notes.txt').read_text() == 'mine\n'
 
 
 def test_a_handout_file_importing_the_engine_unmarked_is_refused(tmp_path):

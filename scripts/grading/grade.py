@@ -766,18 +766,22 @@ def main(argv=None):
             args.gradescope, gradescope.results_json(r, args.rubric_points, still))
     with tempfile.TemporaryDirectory(prefix='grade-') as tmp:
         results, failed = grade_all(grader, args, found, tmp)
-    if args.json is not None:
-        write_text(args.json, json.dumps(results, indent=1, ensure_ascii=False) + '\n')
-    if args.gradescope is not None:
-        if len(results) == 1:
-            graded = gradescope.results_json(results[0], args.rubric_points)
-        else:
-            graded = gradescope.failure_results(f'{len(results)} submissions found in one upload')
-        gradescope.write_results(args.gradescope, graded)
-    if args.out is not None:
-        os.makedirs(args.out, exist_ok=True)
-        write_text(os.path.join(args.out, 'report.md'), report_md(results))
-        write_text(os.path.join(args.out, 'report.csv'), report_csv(results))
+    try:  # (a disk that fills now: one line; each file is written whole or not at all)
+        if args.json is not None:
+            write_text(args.json, json.dumps(results, indent=1, ensure_ascii=False) + '\n')
+        if args.gradescope is not None:
+            if len(results) == 1:
+                graded = gradescope.results_json(results[0], args.rubric_points)
+            else:
+                graded = gradescope.failure_results(f'{len(results)} submissions found in one upload')
+            gradescope.write_results(args.gradescope, graded)
+        if args.out is not None:
+            os.makedirs(args.out, exist_ok=True)
+            write_text(os.path.join(args.out, 'report.md'), report_md(results))
+            write_text(os.path.join(args.out, 'report.csv'), report_csv(results))
+    except (UsageError, OSError) as e:
+        print(f'error: {e}', file=sys.stderr)
+        return 2
     return 1 if failed else 0
 
 

@@ -491,17 +491,23 @@ def commands(variant, kind, extra):
 
 
 def write(files, out):
-    """The files under `out` (made where missing; an existing file there is an error)."""
+    """The files under `out` (made where missing; an existing file there, or an `out` that is
+    no folder, is an error before anything is written; a folder that cannot be written, one line)."""
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise StarterError(f'--out {out}: a file, not a folder (name a new folder)')
     for path in files:
         if os.path.exists(os.path.join(out, path)):
             raise StarterError(f'--out {out}: {path} is there already (a fresh folder, please)')
     for path, text in files.items():
         target = os.path.join(out, path)
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        with open(target, 'w', encoding='utf-8') as f:
-            f.write(text)
-        if path.endswith('.sh'):
-            os.chmod(target, 0o755)
+        try:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with open(target, 'w', encoding='utf-8') as f:
+                f.write(text)
+            if path.endswith('.sh'):
+                os.chmod(target, 0o755)
+        except OSError as e:
+            raise StarterError(f'--out {out}: cannot write {path} ({e.strerror or e})')
 
 
 def main(argv=None):

@@ -64,6 +64,24 @@ class StopRequest:
         self.previous = {}
 
 
+# the most a checkpoint's time count may hold: a million calls, about 30 years of seconds (a
+# forged 10**400 would overflow the run record's arithmetic once the run is over)
+MOST_CALLS, MOST_SECONDS = 10 ** 6, 10 ** 9
+
+
+def plausible_count(spent, keys):
+    """Whether a checkpoint's `spent` is a time count this project could have written: each of
+    `keys` a number (not a bool) from 0 to its bound, nan and inf out."""
+    if not isinstance(spent, dict):
+        return False
+    for key in keys:
+        value = spent.get(key)
+        most = MOST_CALLS if key == 'calls' else MOST_SECONDS
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= most:
+            return False
+    return True
+
+
 class Resumable:
     """The trainer's extra for config.resume_path: loads the checkpoint before the first epoch
     (config.resume), writes it after every checkpoint_every-th epoch (once checkpoint_seconds
@@ -157,8 +175,7 @@ class Resumable:
             run.schedule.load_state_dict(state)
         run.tokens, run.step = state['tokens'], state['step']
         spent = state.get('spent')  # (absent from older checkpoints: their calls go uncounted)
-        if isinstance(spent, dict) and all(isinstance(spent.get(k), (int, float))
-                                           for k in run.before):
+        if plausible_count(spent, run.before):
             run.before = {k: spent[k] for k in run.before}
         run.generator.set_state(state['generator'])
         randoms, rank = state.get('random'), run.rank

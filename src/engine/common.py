@@ -1,9 +1,9 @@
 """Engine (free to change): one-line errors, whole-or-nothing writes, shared helpers.
 
 The engine's shared pieces (not the handout's): bad input as one clear error line
-(UsageError, OneLineParser), files written whole or not at all (atomic_write, save_state_dict),
-the tensorboard writer made at the first scalar, the params' key/shape comparison and the
-checkout's commit."""
+(UsageError, OneLineParser), files written whole or not at all (atomic_write, WriteFailed,
+save_state_dict), the tensorboard writer made at the first scalar, the params' key/shape
+comparison and the checkout's commit."""
 import argparse
 import os
 import subprocess
@@ -24,13 +24,21 @@ class UsageError(Exception):
     `error: <message>` on one line and exits with status 2; no traceback."""
 
 
+class WriteFailed(UsageError):
+    """A file the command writes could not be written (a full disk, a folder made read-only
+    meanwhile): one line, like bad input, and the file it would replace is as it was."""
+
+
 def atomic_write(path, write):
     """Call write(tmp_path), then rename the finished file over `path`: an interrupted run leaves
     the old file or the new one, never a truncated one. The temporary file has the final file's
     name (in a temporary folder beside it) because torch.save records that name in the archive:
     the bytes are then the same as a direct torch.save(obj, path) writes."""
-    path = os.path.abspath(os.fspath(path))
-    folder = tempfile.mkdtemp(dir=os.path.dirname(path), prefix='.tmp-')
+    given, path = path, os.path.abspath(os.fspath(path))
+    try:
+        folder = tempfile.mkdtemp(dir=os.path.dirname(path), prefix='.tmp-')
+    except OSError as e:
+        raise WriteFailed(f'cannot write {given}: {e.strerror or e}') from e
     tmp = os.path.join(folder, os.path.basename(path))
     try:
         write(tmp)
@@ -39,6 +47,14 @@ def atomic_write(path, write):
         with open(tmp, 'rb') as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as e:  # (torch.save's own error on a full disk is a RuntimeError: below)
+        raise WriteFailed(f'cannot write {given}: {e.strerror or e} (nothing replaced: '
+                          'what was there is as it was)') from e
+    except RuntimeError as e:
+        if 'writ' not in str(e).lower():  # ("file write failed", "failed writing")
+            raise
+        raise WriteFailed(f'cannot write {given}: {str(e).splitlines()[0][:160]} (nothing '
+                          'replaced: what was there is as it was)') from e
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)

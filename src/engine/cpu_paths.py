@@ -19,7 +19,7 @@ import sys
 
 import torch
 
-from engine.common import atomic_write
+from engine.common import WriteFailed, atomic_write
 from engine.cpu_load import busy
 from engine.devices import bf16_supported
 from engine.measure import median
@@ -114,7 +114,7 @@ def write_path_cache(path, choices):
     try:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         atomic_write(path, write)
-    except OSError as e:  # a cache is a convenience: the run goes on without it
+    except (OSError, WriteFailed) as e:  # a cache is a convenience: the run goes on without it
         print(f'warning: could not write the cache of measured choices {path} ({e})', file=sys.stderr)
 
 

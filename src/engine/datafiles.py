@@ -133,12 +133,17 @@ def edition_wiki(name='wiki.txt'):
     """The text of `name` (the pretraining corpus) as the checkout's edition ships it
     (as_edition): dataset.py's examples print that edition's count, saying so on stderr where
     the edition was nobody's choice."""
-    edition, where = presets.edition_source()
+    try:  # (the examples' entry point: a bad edition or a missing file is one error line)
+        edition, where = presets.edition_source()
+        with open(name, encoding='utf-8') as f:
+            text = f.read()
+    except (UsageError, OSError, UnicodeDecodeError) as e:
+        print(f'error: {e}', file=sys.stderr)
+        sys.exit(2)
     note = presets.unchosen_note(where)
     if note is not None:
         print(note, file=sys.stderr)
-    with open(name, encoding='utf-8') as f:
-        return as_edition(f.read(), edition)
+    return as_edition(text, edition)
 
 
 def main():

@@ -287,6 +287,9 @@ def test_hostile_submissions_are_rows_with_reasons(built, tmp_path, monkeypatch)
     import torch
     torch.save({'tok_emb.weight': Evil()}, cases['pickle'] / 'vanilla.model.params')
     cases['loop'] = dataset_with(built, tmp_path, 'loop', 'while True:\n    pass')
+    # SIGXCPU ignored: the hard limit's SIGKILL follows a second later (read as "out of memory?")
+    cases['xcpu'] = dataset_with(built, tmp_path, 'xcpu', 'import signal\n'
+                                 'signal.signal(signal.SIGXCPU, signal.SIG_IGN)\nwhile True:\n    pass')
     cases['alloc'] = dataset_with(built, tmp_path, 'alloc',
                                   'blocks = []\nwhile True:\n    blocks.append(bytearray(1 << 26))')
     cases['prints'] = dataset_with(built, tmp_path, 'prints', 'print("x" * (8 << 20))')
@@ -295,7 +298,7 @@ def test_hostile_submissions_are_rows_with_reasons(built, tmp_path, monkeypatch)
         'import os\nopen("written-by-dataset.txt", "w").write("x")\n'
         'open(os.path.expanduser("~/written-by-dataset.txt"), "w").write("x")')
     # the files first (no dataset check), then the dataset.py cases (no reproduction)
-    files = [c for c in cases if c not in ('loop', 'alloc', 'prints', 'writes')]
+    files = [c for c in cases if c not in ('loop', 'xcpu', 'alloc', 'prints', 'writes')]
     status, results = grade_all(built, tmp_path, *[cases[c] for c in files], good,
                                 extra=['--skip', 'dataset'])
     assert status == 0
@@ -316,6 +319,7 @@ def test_hostile_submissions_are_rows_with_reasons(built, tmp_path, monkeypatch)
                for e in rows['pickle']['errors'])
     assert not marker.exists()  # nothing of the pickle ran
     assert 'CPU time' in rows['loop']['dataset_details']['vocab']
+    assert 'CPU time' in rows['xcpu']['dataset_details']['vocab'], rows['xcpu']['dataset_details']
     assert 'MemoryError' in rows['alloc']['dataset_details']['vocab']
     assert rows['prints']['dataset'] == {p: True for p in PROPERTIES}  # prints cost nothing
     assert rows['writes']['dataset'] == {p: True for p in PROPERTIES}

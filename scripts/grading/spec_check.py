@@ -225,7 +225,9 @@ def _run_probe(src, sandbox, request, wall_seconds, isolate, hidden):
                 proc = user_sandbox.popen_as(user, argv, work, env, subprocess.PIPE, _limit_files)
                 uid = user.pw_uid
                 end = functools.partial(user_sandbox.end_started, user, spare=(proc.pid,))
-                watchdog = user_sandbox.Watchdog(lambda: user_measure(uid, work), end)
+                watchdog = user_sandbox.Watchdog(
+                    lambda: user_measure(uid, work), end,
+                    cpu=lambda: user_sandbox.cpu_seconds(user_sandbox.started(uid)))
             else:
                 if isolate == 'bubblewrap':
                     argv = sandbox_command(argv, os.path.abspath(sandbox))
@@ -236,7 +238,9 @@ def _run_probe(src, sandbox, request, wall_seconds, isolate, hidden):
                 watchdog = user_sandbox.Watchdog(
                     lambda: user_sandbox.owned(os.geteuid(), (sandbox,),
                                                user_sandbox.FILES_CAP + 1)
-                    + (user_sandbox.descendants(proc.pid),), lambda: _kill_group(proc))
+                    + (user_sandbox.descendants(proc.pid),), lambda: _kill_group(proc),
+                    cpu=lambda: user_sandbox.cpu_seconds(
+                        [proc.pid] + user_sandbox.below(proc.pid, user_sandbox.process_table())))
             watchdog.start()
             return _read_report(proc, request, wall_seconds, isolate, watchdog, end)
         finally:
@@ -300,6 +304,9 @@ def _read_report(proc, request, wall_seconds, isolate, watchdog=None, end=None):
         code = 128 - code
     if why is None and watchdog is not None and watchdog.why is not None:
         why = watchdog.why
+    if why is None and code == -signal.SIGKILL and watchdog is not None and \
+            watchdog.cpu_seen >= request['cpu_seconds']:
+        code = -signal.SIGXCPU  # SIGXCPU ignored: the hard CPU limit's SIGKILL followed it
     if why is None and code != 0:
         why = {-signal.SIGXCPU: f'used more than {request["cpu_seconds"]} s of CPU time (an '
                                 'endless loop?)',

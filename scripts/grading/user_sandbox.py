@@ -366,17 +366,34 @@ def descendants(pid):
     return len(below(pid, process_table()))
 
 
+def cpu_seconds(pids):
+    """The CPU time (user + system) the live processes `pids` have used, in seconds."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f'/proc/{pid}/stat') as f:
+                fields = f.read().rsplit(')', 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15 of stat)
+        except (OSError, IndexError, ValueError):
+            continue
+    return total / os.sysconf('SC_CLK_TCK')
+
+
 class Watchdog(threading.Thread):
     """Ends the run (`kill()`) when measure() says its files pass DISK_CAP bytes or FILES_CAP
-    files, or its processes PROCESSES; `why` says so. measure(): (bytes, files, processes)."""
+    files, or its processes PROCESSES; `why` says so. measure(): (bytes, files, processes).
+    cpu(): the CPU seconds its processes have used, the most seen kept in `cpu_seen` (a process
+    the CPU limit kills with SIGKILL, its SIGXCPU ignored, is told from one killed for memory)."""
 
-    def __init__(self, measure, kill, every=0.5):
+    def __init__(self, measure, kill, every=0.5, cpu=None):
         super().__init__(daemon=True)
-        self.measure, self.kill, self.every = measure, kill, every
-        self.why, self.done = None, threading.Event()
+        self.measure, self.kill, self.every, self.cpu = measure, kill, every, cpu
+        self.why, self.done, self.cpu_seen = None, threading.Event(), 0.0
 
     def run(self):
         while not self.done.wait(self.every):
+            if self.cpu is not None:
+                self.cpu_seen = max(self.cpu_seen, self.cpu())
             size, files, processes = self.measure()
             self.why = (f'wrote more than {DISK_CAP >> 20} MiB (all its files together, shared '
                         'memory included)'

@@ -603,7 +603,7 @@ def test_failed_params_write_leaves_the_old_file(tmp_path, monkeypatch):
             fh.truncate(os.path.getsize(f) // 2)
         raise OSError(28, 'No space left on device')
     monkeypatch.setattr(torch, 'save', save_then_fail)
-    with pytest.raises(OSError):
+    with pytest.raises(common.WriteFailed, match='No space left on device'):
         common.save_state_dict(tiny_gpt(), str(path))
     assert path.read_bytes() == OLD_PARAMS
     assert leftovers(tmp_path) == []

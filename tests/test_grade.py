@@ -454,6 +454,21 @@ def test_unpack_finds_a_submission_zipped_with_its_folder(tmp_path):
     assert sorted(os.listdir(root)) == ['src', 'vanilla.model.params']
 
 
+def test_one_over_long_name_in_a_zip_costs_that_entry_only(tmp_path):
+    """A member whose name no file system takes (300 bytes in one part) refused the whole
+    submission as a corrupt zip; now it alone is left out, with a warning."""
+    out = tmp_path / 'long.zip'
+    with zipfile.ZipFile(out, 'w') as z:
+        z.writestr('src/dataset.py', 'x = 1\n')
+        z.writestr('src/' + 'n' * 300 + '.py', 'y = 2\n')
+        z.writestr('notes/' + 'é' * 200 + '.txt', 'z')  # 400 bytes, 200 characters
+    skipped = []
+    root = unpack.unpack(str(out), str(tmp_path / 'open'), skipped)
+    assert os.listdir(os.path.join(root, 'src')) == ['dataset.py']
+    assert len(skipped) == 2 and all('left out: its name is longer' in w for w in skipped)
+    assert all(len(w) < 300 for w in skipped)
+
+
 def test_a_zip_declaring_more_than_the_limit_is_refused_unopened(tmp_path, monkeypatch):
     out = tmp_path / 'liar.zip'
     with zipfile.ZipFile(out, 'w', zipfile.ZIP_DEFLATED) as z:
@@ -734,9 +749,9 @@ raise RuntimeError('seen ' + repr(SEEN))
 # this Python: a Python under a folder closed to other users, a root account's pyenv, cannot)
 @pytest.mark.user_sandbox
 @pytest.mark.skipif(gradescope_like.problem() is not None or not SANDBOX
-                    or user_sandbox.problem() is not None,
+                    or user_sandbox.problem(make=False) is not None,
                     reason=f'no Gradescope-like conditions here: {gradescope_like.problem()}; '
-                           f'the user sandbox: {user_sandbox.problem()}')
+                           f'the user sandbox: {user_sandbox.problem(make=False)}')
 # rope's submission (and a hostile copy of it) stands for the three: what the conditions change
 # (the sandbox, the user, the memory) is the same for every handout, whose grading is tested
 # with every privilege above; each handout costs half a minute here

@@ -27,7 +27,7 @@ import user_sandbox  # noqa: E402
 
 PROBLEM = spec_check.sandbox_problem()
 needs_bwrap = pytest.mark.skipif(PROBLEM is not None, reason=f'no sandbox here: {PROBLEM}')
-USER_PROBLEM = user_sandbox.problem()
+USER_PROBLEM = user_sandbox.problem(make=False)  # (the set-up makes the account: not a test)
 # (marked user_sandbox too: .ci/run runs these again with the interpreter's folder opened)
 USER_MARKS = [pytest.mark.skipif(USER_PROBLEM is not None, reason=f'no user sandbox: {USER_PROBLEM}'),
               pytest.mark.user_sandbox]
@@ -553,3 +553,119 @@ def test_the_grader_can_blank_its_command_line_for_other_users():
                          timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "b'' another-students-submission.zip", out.stdout
+
+
+def test_graders_meet_in_one_place_and_a_killed_graders_modes_come_back(tmp_path):
+    """Graders on one machine take their turns at one lock whatever their TMPDIR, and Hidden
+    writes the modes it changes down first: a grader killed while they are changed leaves them
+    for the next Hidden, which puts them back before it hides anything (no sandbox needed)."""
+    meeting = [subprocess.run([sys.executable, '-c', 'import user_sandbox; print(user_sandbox.MEETING)'],
+                              cwd=os.path.join(REPO, 'scripts', 'grading'), capture_output=True,
+                              text=True, env=dict(os.environ, TMPDIR=str(tmp_path / t))).stdout
+               for t in ('a', 'b')]
+    (tmp_path / 'a').mkdir(), (tmp_path / 'b').mkdir()
+    assert meeting[0] == meeting[1] and str(tmp_path) not in meeting[0]
+    folder, answers = tmp_path / 'data', tmp_path / 'data' / 'answers.tsv'
+    folder.mkdir()
+    answers.write_text('Who?\tParis\n')
+    os.chmod(folder, 0o755)
+    os.chmod(answers, 0o644)
+    journal = str(tmp_path / 'journal.json')
+    killed = user_sandbox.Hidden([str(folder), str(answers)], journal)
+    killed.__enter__()  # ... and its grader dies: no __exit__
+    assert (os.stat(folder).st_mode & 0o777, os.stat(answers).st_mode & 0o777) == (0o700, 0o600)
+    assert os.path.exists(journal)
+    with user_sandbox.Hidden([str(answers)], journal) as later:
+        assert later.modes == {str(answers): 0o644}  # what was there before the killed run
+        assert os.stat(folder).st_mode & 0o777 == 0o755  # put back first
+    assert (os.stat(folder).st_mode & 0o777, os.stat(answers).st_mode & 0o777) == (0o755, 0o644)
+    assert not os.path.exists(journal)
+
+
+@needs_user
+def test_two_user_sandbox_graders_with_their_own_tmpdirs_take_turns(tmp_path):
+    """Two graders started together, each with its own TMPDIR: each probe runs alone as the
+    user (it looks for another process of its user and sleeps, so that the two would overlap),
+    and every mode is as it was afterwards. Before, the lock lived in TMPDIR: the probes met, one
+    read the other's files and killed it, and the hidden folders stayed 0700."""
+    code = '''import os, time
+def others():
+    mine = os.getuid()
+    found = []
+    for p in os.listdir('/proc'):
+        if p.isdigit() and int(p) != os.getpid():
+            try:
+                if os.stat('/proc/' + p).st_uid == mine:
+                    found.append(p)
+            except OSError:
+                pass
+    return found
+SEEN = [others()]
+time.sleep(3)
+SEEN.append(others())'''
+    shared = tempfile.mkdtemp(prefix='a5-test-')
+    try:
+        os.chmod(shared, 0o755)
+        data = os.path.join(shared, 'data')
+        os.mkdir(data, 0o755)
+        runs = []
+        for name in ('one', 'two'):
+            work = os.path.join(shared, name)
+            os.makedirs(os.path.join(work, 'tmp'))
+            os.makedirs(os.path.join(work, 'src'))
+            with open(os.path.join(work, 'src', 'dataset.py'), 'w') as f:
+                f.write(code + '\nraise RuntimeError("seen " + repr(SEEN))\n')
+            script = f'''import sys
+sys.path.insert(0, {os.path.join(REPO, 'scripts', 'grading')!r})
+import spec_check
+request, _, _ = spec_check.request_for(draws=spec_check.MIN_DRAWS)
+report, why = spec_check.run_probe({os.path.join(work, 'src')!r}, {os.path.join(work, 'sandbox')!r},
+                                   request, 60, isolate='user', hidden=[{data!r}])
+print(why or report.get('error'))'''
+            runs.append(subprocess.Popen([sys.executable, '-c', script], stdout=subprocess.PIPE,
+                                         text=True, env=dict(os.environ, TMPDIR=os.path.join(work, 'tmp'))))
+        said = [run.communicate(timeout=180)[0] for run in runs]
+        for text in said:
+            assert 'seen [[], []]' in text, said
+        assert os.stat(data).st_mode & 0o777 == 0o755
+    finally:
+        shutil.rmtree(shared)
+
+
+def test_the_results_files_are_hidden_alone_and_a_folder_holding_this_python_is_refused(
+        tmp_path, monkeypatch):
+    """`--sandbox user --json grades.json` from the repository root hid the whole root, and with
+    it .venv's Python, which the probe runs on: every submission a grader error. The results are
+    now hidden as files; a --data_dir or SUBMISSION folder that holds the Python is one line
+    before any grading."""
+    import types
+    sub = tmp_path / 'sub'
+    sub.mkdir()
+    args = grade.parse_args([str(sub), '--json', os.path.join(REPO, 'grades.json'), '--out', REPO,
+                             '--gradescope', str(tmp_path / 'results.json')])
+    hidden = grade.Grader.hidden(types.SimpleNamespace(args=args))
+    assert REPO not in hidden and os.path.dirname(sys.prefix) not in hidden
+    for path in ('grades.json', 'report.md', 'report.csv'):
+        assert os.path.join(REPO, path) in hidden
+    assert str(tmp_path / 'results.json') in hidden and str(tmp_path) not in hidden
+    assert user_sandbox.needed_inside(sys.prefix) is not None
+    assert user_sandbox.needed_inside(str(tmp_path)) is None
+    monkeypatch.setattr(spec_check, 'sandbox_kind', lambda asked: ('user', None))
+    monkeypatch.setattr(user_sandbox, 'hide_command_line', lambda: True)
+    args = grade.parse_args([str(sub), '--data_dir', os.path.dirname(sys.prefix)])
+    with pytest.raises(grade.UsageError, match=r'--data_dir .*: holds .*which the dataset check'):
+        grade.check_args(args)
+
+
+def test_looking_for_the_user_sandbox_makes_no_account(monkeypatch):
+    """The tests ask problem(make=False) at import: where the account is missing they skip,
+    saying that the set-up makes it, and run no useradd (a test run changed the machine)."""
+    monkeypatch.setattr(user_sandbox, 'USER', 'a5probe-missing-for-a-test')
+    monkeypatch.setattr(os, 'geteuid', lambda: 0)
+    ran = []
+    monkeypatch.setattr(user_sandbox.subprocess, 'run', lambda *a, **k: ran.append(a) or
+                        subprocess.CompletedProcess(a, 1, '', ''))
+    why = user_sandbox.problem(make=False)
+    assert ran == [] and 'bash scripts/setup.sh --test makes it' in why, why
+    user_sandbox.problem()  # the grader's own call: it makes the account where it can
+    assert ran and ran[0][0][0] == 'useradd'

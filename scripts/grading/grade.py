@@ -137,7 +137,7 @@ class Grader:
         """The result of one submission (see README: its keys are --json's)."""
         r = empty_result(path)
         try:
-            folder = unpack.unpack(path, os.path.join(work, 'files'))
+            folder = unpack.unpack(path, os.path.join(work, 'files'), r['warnings'])
         except unpack.Refused as e:
             r['errors'].append(f'refused: {e}')
             return r
@@ -411,12 +411,13 @@ class Grader:
 
     def hidden(self):
         """What a probe run as another user must not reach: the grader's files, the data (the
-        held-out answers), where the results go (--json's and --gradescope's folders, --out),
-        and the submissions (the other students'; the grader's command line names them)."""
+        held-out answers), the results files (--json, --gradescope, --out's reports: the files
+        alone, since their folder may hold the Python the probe runs on) and the submissions
+        (the other students'; the grader's command line names them)."""
         a = self.args
         return [os.path.join(REPO, 'src'), os.path.join(REPO, 'scripts'),
-                os.path.join(REPO, 'data'), a.data_dir, a.test_answers, a.out,
-                *(os.path.dirname(os.path.abspath(p)) for p in (a.gradescope, a.json) if p),
+                os.path.join(REPO, 'data'), a.data_dir, a.test_answers,
+                *(os.path.abspath(p) for p in results_files(a)),
                 *(os.path.abspath(p) for p in a.submissions)]
 
 
@@ -621,6 +622,13 @@ def report_csv(results):
     return buf.getvalue()
 
 
+def results_files(args):
+    """The files the grader writes its results in."""
+    reports = [os.path.join(args.out, name) for name in ('report.md', 'report.csv')] \
+        if args.out is not None else []
+    return [p for p in (args.json, args.gradescope) if p is not None] + reports
+
+
 def write_text(path, text):
     # a file name that is not UTF-8 (a lone surrogate in Python) is written as its escape (in
     # JSON, a valid \udcXX), not lost with the whole file
@@ -742,6 +750,14 @@ def check_args(args):
                              '(bubblewrap cannot run here)')
         if args.sandbox_kind == 'user':  # (the probe's user could read the paths it names)
             user_sandbox.hide_command_line()
+            # a folder hidden from the probe must not hold what it runs on
+            for flag, folder in [('--data_dir', args.data_dir)] + \
+                    [('SUBMISSION', p) for p in args.submissions]:
+                needed = user_sandbox.needed_inside(folder)
+                if needed is not None:
+                    raise UsageError(f'{flag} {folder}: holds {needed}, which the dataset check\'s '
+                                     'user runs on and so cannot be hidden from it: name a folder '
+                                     'that holds the data or submissions alone')
 
 
 def main(argv=None):

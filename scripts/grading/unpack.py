@@ -4,8 +4,9 @@ grader owns, or refused with one reason. Standard library only.
 Refused: a file that is not a readable zip, entries whose names leave the folder ('..', absolute
 paths, drive letters), symbolic links and other non-regular files, more entries, more bytes,
 deeper folders or longer names than any real submission has (a zip bomb: counted while
-inflating, whatever the zip declares), and a name that appears twice. Names in the reasons are
-escaped (repr) and cut short: a crafted name cannot forge a line of the report.
+inflating, whatever the zip declares), and a name that appears twice. An entry whose name is too
+long for a file system is left out, alone, with a warning. Names in the reasons are escaped
+(repr) and cut short: a crafted name cannot forge a line of the report.
 """
 import os
 import re
@@ -18,20 +19,23 @@ MAX_BYTES = 512 << 20  # a complete submission is about 70 MB (four params files
 MAX_FILES = 5000
 MAX_DEPTH = 32  # folders inside one another (a submission has 3: folder/src/__pycache__)
 MAX_NAME = 512  # characters in an entry's path
+NAME_BYTES = 255  # bytes in one part of a path: what Linux's file systems take (NAME_MAX)
 
 
 class Refused(Exception):
     """Why a submission cannot be opened, in one line."""
 
 
-def unpack(path, dest):
+def unpack(path, dest, skipped=None):
     """Copy the submission at `path` (a zip or a folder) into the new folder `dest`; returns the
     folder to grade: `dest`, or the one folder it holds when the submission was zipped or copied
-    with its enclosing folder."""
+    with its enclosing folder. A zip entry whose name no file system takes (a part of it over
+    NAME_BYTES bytes, or the whole over MAX_NAME characters) costs that entry only: it is left
+    out, and `skipped` (a list) gets a line saying so."""
     if os.path.isdir(path):
         _copy_folder(path, dest)
     else:
-        _extract_zip(path, dest)
+        _extract_zip(path, dest, [] if skipped is None else skipped)
     root = dest
     for _ in range(2):
         entries = [e for e in os.listdir(root) if e != '__MACOSX']
@@ -54,13 +58,19 @@ def _entry_problem(name):
         return f'entry {shown(name)} points outside the submission'
     if '\0' in name:
         return f'entry {shown(name)} has a NUL in its name'
-    if len(parts) > MAX_DEPTH or len(name) > MAX_NAME:
-        return (f'entry {shown(name)} is {len(parts) - 1} folders deep, {len(name)} characters '
-                f'long: beyond any submission (at most {MAX_DEPTH} folders, {MAX_NAME} characters)')
+    if len(parts) > MAX_DEPTH:
+        return (f'entry {shown(name)} is {len(parts) - 1} folders deep: beyond any submission '
+                f'(at most {MAX_DEPTH} folders)')
     return None
 
 
-def _extract_zip(path, dest):
+def _name_too_long(name):
+    parts = name.replace('\\', '/').split('/')
+    return len(name) > MAX_NAME or any(len(p.encode('utf-8', 'surrogateescape')) > NAME_BYTES
+                                       for p in parts)
+
+
+def _extract_zip(path, dest, skipped):
     try:
         z = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError) as e:
@@ -91,6 +101,11 @@ def _extract_zip(path, dest):
         os.makedirs(dest)
         written = 0
         for info in infos:
+            if _name_too_long(info.filename):
+                skipped.append(f'zip entry {shown(info.filename)} left out: its name is longer than '
+                               f'a file system takes ({NAME_BYTES} bytes a part, {MAX_NAME} '
+                               'characters in all)')
+                continue
             target = os.path.join(dest, *info.filename.replace('\\', '/').split('/'))
             try:
                 if info.is_dir():

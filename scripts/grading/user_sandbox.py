@@ -23,8 +23,8 @@ belong to other services. The user:
   user below it (`end_started`), never the account's others; then every file of the user in the
   folders anyone may write in (SHARED_TMP) and every System V IPC object it owns are removed.
   While it runs, its files there, the removed ones it still holds open and its shared memory
-  count towards its caps. Two graders on one machine take turns
-  (`one_at_a_time`).
+  count towards its caps. Two graders on one machine take turns, whatever their TMPDIR
+  (`one_at_a_time`), and the modes a killed grader left changed are put back by the next.
 
 It does not take the network away (no namespaces: nothing to take it with); nothing the user can
 read is worth sending. bubblewrap stays the first choice where it runs (spec_check).
@@ -32,6 +32,7 @@ read is worth sending. bubblewrap stays the first choice where it runs (spec_che
 import contextlib
 import ctypes
 import fcntl
+import json
 import os
 import pwd
 import resource
@@ -78,18 +79,36 @@ def make_account():
     return account()
 
 
-def problem():
-    """None where this sandbox can run here (USER made where it is missing), else why not, in a
-    sentence."""
+def needed():
+    """The paths the probe runs on: this Python (its executable, prefixes) and torch."""
+    import torch
+    return [os.path.realpath(sys.executable), sys.prefix, sys.base_prefix,
+            os.path.dirname(torch.__file__)]
+
+
+def needed_inside(folder):
+    """The first path the probe runs on that lies inside `folder` (hiding it would hide that),
+    or None."""
+    top = os.path.realpath(folder)
+    for path in needed():
+        real = os.path.realpath(path)
+        if real == top or real.startswith(top.rstrip(os.sep) + os.sep):
+            return path
+    return None
+
+
+def problem(make=True):
+    """None where this sandbox can run here (USER made where it is missing, unless `make` is
+    false: the tests look without changing the machine), else why not, in a sentence."""
     if os.geteuid() != 0:
         return 'the grader is not root, so it cannot run the probe as another user'
-    user = make_account()
+    user = make_account() if make else account()
     if user is None:
         return (f'there is no account {USER} to run the probe as, and it could not be made '
-                f'(as root: {" ".join(MAKE_USER)})')
-    import torch  # (where the probe imports it from)
-    for path in (os.path.realpath(sys.executable), sys.prefix, sys.base_prefix,
-                 os.path.dirname(torch.__file__)):
+                f'(as root: {" ".join(MAKE_USER)})' if make else
+                f'there is no account {USER} to run the probe as (bash scripts/setup.sh --test '
+                f'makes it as root: {" ".join(MAKE_USER)})')
+    for path in needed():  # (where the probe runs and imports torch from)
         closed = closed_folder(path, user)
         if closed is not None:
             return (f'user {user.pw_name} cannot reach this Python ({path}): {closed} is closed '
@@ -115,31 +134,75 @@ def closed_folder(path, user):
     return None
 
 
+# Where graders on one machine meet, whatever their TMPDIR: root's own folder for run-time state
+# (a probe's user cannot write there), else the temporary folder.
+MEETING = '/run' if os.path.isdir('/run') and os.access('/run', os.W_OK) else tempfile.gettempdir()
+# the modes Hidden changed, kept on disk while they are changed: a grader killed meanwhile leaves
+# them for the next one to put back
+JOURNAL = os.path.join(MEETING, 'a5probe-hidden-modes.json')
+
+
 class Hidden:
     """With it: `paths` (files or folders) readable by their owner only; after, their modes as
-    they were. Other users cannot list or enter a folder of mode 0700, nor read a file of 0600."""
+    they were. Other users cannot list or enter a folder of mode 0700, nor read a file of 0600.
+    Held under one_at_a_time: the modes are written to JOURNAL first, and a journal left by a
+    grader killed while it held them is put back before anything is hidden again."""
 
-    def __init__(self, paths):
+    def __init__(self, paths, journal=None):
         self.paths = sorted({os.path.abspath(p) for p in paths if p and os.path.exists(p)})
+        self.journal = JOURNAL if journal is None else journal
 
     def __enter__(self):
         self.modes = {}
+        if not self.paths:  # (bubblewrap's runs: nothing hidden, no lock held, nothing touched)
+            return self
+        restore_journal(self.journal)
         for p in self.paths:
-            mode = stat.S_IMODE(os.lstat(p).st_mode)
             if not os.path.islink(p):
-                self.modes[p] = mode
-                os.chmod(p, mode & 0o700)
+                self.modes[p] = stat.S_IMODE(os.lstat(p).st_mode)
+        if self.modes:
+            write_journal(self.journal, self.modes)
+        for p, mode in self.modes.items():
+            os.chmod(p, mode & 0o700)
         return self
 
     def __exit__(self, *exc):
         for p, mode in self.modes.items():
             os.chmod(p, mode)
+        if self.modes:
+            os.remove(self.journal)
+
+
+def write_journal(path, modes):
+    fd = os.open(path + '.tmp', os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, 'w', encoding='utf-8') as f:
+        json.dump(modes, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(path + '.tmp', path)
+
+
+def restore_journal(path):
+    """Put back the modes a killed grader's Hidden left changed (its journal), if any."""
+    try:
+        with open(path, encoding='utf-8') as f:
+            modes = json.load(f)
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError):
+        modes = {}
+    for p, mode in (modes.items() if isinstance(modes, dict) else ()):
+        if isinstance(p, str) and isinstance(mode, int) and os.path.lexists(p) \
+                and not os.path.islink(p):
+            os.chmod(p, mode & 0o7777)
+    os.remove(path)
 
 
 @contextlib.contextmanager
 def one_at_a_time(user):
-    """Held while a probe runs as `user`: an exclusive lock on a file of root's, 0600."""
-    path = os.path.join(tempfile.gettempdir(), f'a5probe-{user.pw_uid}.lock')
+    """Held while a probe runs as `user`: an exclusive lock on a file of root's, 0600, in the one
+    place every grader of the machine looks (MEETING, whatever its TMPDIR): they take turns."""
+    path = os.path.join(MEETING, f'a5probe-{user.pw_uid}.lock')
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)

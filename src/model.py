@@ -1,8 +1,9 @@
 # [engine] Handout file: the starter's model.py, models.py in the 2024-25 edition (names,
 # [engine] state_dict keys fixed: tests/test_model_compat.py). Each forward is the handout's;
 # [engine] its first line hands the call to the engine (engine/fastmodel.py) when the trainer or
-# [engine] the decoder passes bookkeeping by keyword: training on the positions that can change
-# [engine] the loss only, decoding with each layer's keys and values kept.
+# [engine] the decoder asks for what the body cannot carry (training on the positions that can
+# [engine] change the loss only, decoding with each layer's keys and values kept) or the model
+# [engine] computes the fast way; under --plain the body below computes every training step.
 """
 The GPT model, after Andrej Karpathy's minGPT:
 - an embedding of each character, plus one of its position (none for the rope variant, whose
@@ -237,7 +238,7 @@ class GPT(nn.Module):
 
     #[2021-22 2022-23 2024-25] def forward(self, idx, targets=None):
     def forward(self, idx, targets=None, **fast):  # [engine]
-        if fast:  # [engine] the trainer's loss on kept positions; decoding with caches
+        if fast and fastmodel.hands_off(self, fast):  # [engine] kept positions; caches; kernel
             return fastmodel.forward(self, idx, targets, **fast)
         b, t = idx.size()
         assert t <= self.block_size, f"Cannot forward, model block size ({t}, {self.block_size}) is exhausted."  # [2024-25]

@@ -757,3 +757,71 @@ def test_a_run_says_once_what_makes_it_other_than_the_handouts(extra, device, en
     command.device(args)
     out = capsys.readouterr().out
     assert out == ('' if said is None else said + '\n')
+
+
+# ---- --plain computes with the handout's own code ------------------------------------------------
+
+# lines of each handout forward, past its hand-off, that every call runs (by their text)
+HANDOUT_LINES = {
+    'GPT': ['token_embeddings = self.tok_emb(idx)', 'x = self.blocks(x)', 'logits = self.head(x)'],
+    'Block': ['x = x + self.attn(self.ln1(x))'],
+    'CausalSelfAttention': ['att = F.softmax(att, dim=-1)'],
+    'SynthesizerAttention': ['att = F.softmax(att, dim=-1)'],
+    'CausalCrossAttention': ['att = F.softmax(att, dim=-1)'],
+    'DownProjectBlock': ['x = self.C + self.attn(x_input, self.ln1(self.C))'],
+    'UpProjectBlock': ['x = x_input + self.attn(self.ln1(y), x_input)'],
+}
+
+
+def line_numbers(cls, texts):
+    """(file, {line number of each text in cls.forward})."""
+    import inspect
+    code = cls.forward.__code__
+    lines, first = inspect.getsourcelines(code)
+    found = {first + i for i, line in enumerate(lines) if any(t in line for t in texts)}
+    assert len(found) == len(texts), (cls.__name__, texts)
+    return code.co_filename, found
+
+
+@pytest.mark.parametrize('variant', ['vanilla', 'synthesizer', 'perceiver', 'rope'])
+def test_a_plain_training_step_runs_the_handouts_own_bodies(variant, tmp_path, monkeypatch):
+    """`run.py finetune ... --plain`: the training steps compute with GPT.forward's,
+    Block.forward's and the variant's attention forward's own lines (the perceiver's down and up
+    projections too), not the engine's copies of them; without --plain the engine's run and the
+    handout's GPT and Block bodies do not. Traced with sys.settrace."""
+    import sys as _sys
+    import run
+    from tiny_run import CORPUS, TRAIN, tsv, FAST
+    (tmp_path / 'corpus.txt').write_text(CORPUS, encoding='utf-8')
+    (tmp_path / 'train.tsv').write_text(tsv(TRAIN), encoding='utf-8')
+    monkeypatch.chdir(tmp_path)
+    watched = [model.GPT, model.Block] + {
+        'vanilla': [attention.CausalSelfAttention], 'rope': [attention.CausalSelfAttention],
+        'synthesizer': [attention.SynthesizerAttention],
+        'perceiver': [attention.CausalSelfAttention, model.DownProjectBlock,
+                      model.UpProjectBlock, attention.CausalCrossAttention]}[variant]
+    wanted = {cls.__name__: line_numbers(cls, HANDOUT_LINES[cls.__name__]) for cls in watched}
+    extra = ['--bottleneck_dim', '8'] if variant == 'perceiver' else []
+
+    def traced(*flags):
+        ran = set()
+
+        def tracer(frame, event, arg):
+            if event == 'line':
+                ran.add((frame.f_code.co_filename, frame.f_lineno))
+            return tracer
+        _sys.settrace(tracer)
+        try:
+            run.main(['finetune', variant, 'corpus.txt', '--finetune_corpus_path', 'train.tsv',
+                      '--writing_params_path', f'{variant}{len(flags)}.params', '--max_epochs', '1',
+                      *extra, *FAST, *flags])
+        finally:
+            _sys.settrace(None)
+        return {name: {n for f, n in ran if f == file} & lines
+                for name, (file, lines) in wanted.items()}
+
+    plain = traced('--plain')
+    for name, (_, lines) in wanted.items():
+        assert plain[name] == lines, (name, sorted(lines - plain[name]))
+    fast = traced()
+    assert not fast['Block'] and not fast['GPT'], fast

@@ -130,12 +130,23 @@ def model_paths(model, config):
     (fastpath.Dropout: nn.Dropout's distribution; it has no state, so nothing else changes)."""
     model.bottleneck_dim = config.bottleneck_dim
     model.skip_padding = config.skip_padding
+    model.flash = getattr(config, 'fast_attention', False)
     # the synthesizer's w2/b2 have block_size - 1 columns: that is its longest input
     model.max_len = config.block_size - 1 if config.synthesizer else config.block_size
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
             if type(child) is nn.Dropout:
                 setattr(module, name, Dropout(child.p, config))
+
+
+def hands_off(model, fast):
+    """Whether GPT.forward gives a call with the engine's keywords `fast` to forward() below:
+    where they ask for what the handout's body cannot carry (packed rows, decoding caches or
+    positions) or the model computes the fast way (the fused kernel, positions skipped). A model
+    that computes as the handout does (--plain) runs the handout's own body, the trainer's
+    keywords (loss_only, packed=None) then asking nothing of it."""
+    return bool(model.flash or model.skip_padding or fast.get('packed') is not None
+                or fast.get('caches') is not None or fast.get('positions') is not None)
 
 
 def block(layer, x, *, packing=None, cache=None, positions=None):

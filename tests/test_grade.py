@@ -469,6 +469,23 @@ def test_one_over_long_name_in_a_zip_costs_that_entry_only(tmp_path):
     assert all(len(w) < 300 for w in skipped)
 
 
+def test_a_folder_holding_a_hard_link_to_the_held_out_answers_is_refused(tmp_path):
+    """A folder submission on the grading machine whose file is a hard link to the held-out
+    answers was copied and read with no word; it is refused, naming the file."""
+    answers = tmp_path / 'birth_test_answers.tsv'
+    answers.write_text('Who?\tParis\n')
+    sub = tmp_path / 'sub'
+    sub.mkdir()
+    os.link(answers, sub / 'vanilla.pretrain.test.predictions')
+    (sub / 'notes.txt').write_text('mine\n')
+    with pytest.raises(unpack.Refused, match='hard link to a file the grader keeps'):
+        unpack.unpack(str(sub), str(tmp_path / 'open'), [], unpack.identities([str(answers)]))
+    os.remove(sub / 'vanilla.pretrain.test.predictions')
+    os.link(sub / 'notes.txt', sub / 'notes-again.txt')  # a link among its own files: fine
+    root = unpack.unpack(str(sub), str(tmp_path / 'open2'), [], unpack.identities([str(answers)]))
+    assert sorted(os.listdir(root)) == ['notes-again.txt', 'notes.txt']
+
+
 def test_a_zip_declaring_more_than_the_limit_is_refused_unopened(tmp_path, monkeypatch):
     out = tmp_path / 'liar.zip'
     with zipfile.ZipFile(out, 'w', zipfile.ZIP_DEFLATED) as z:

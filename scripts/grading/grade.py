@@ -111,6 +111,8 @@ class Grader:
                                                    ['London'] * len(self.prompts['dev']))
         self.london = 100 * correct / total if total else None
         self.device = devices.pick_device(args.device)
+        # the files a folder submission must not reach by a hard link (the held-out answers)
+        self.protected = unpack.identities([args.test_answers, *self.data.values()])
         self.probe_request = None
         self.progress = None  # progress(row so far, the groups of checks still to run)
 
@@ -137,7 +139,8 @@ class Grader:
         """The result of one submission (see README: its keys are --json's)."""
         r = empty_result(path)
         try:
-            folder = unpack.unpack(path, os.path.join(work, 'files'), r['warnings'])
+            folder = unpack.unpack(path, os.path.join(work, 'files'), r['warnings'],
+                                   self.protected)
         except unpack.Refused as e:
             r['errors'].append(f'refused: {e}')
             return r

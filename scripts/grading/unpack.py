@@ -5,7 +5,8 @@ Refused: a file that is not a readable zip, entries whose names leave the folder
 paths, drive letters), symbolic links and other non-regular files, more entries, more bytes,
 deeper folders or longer names than any real submission has (a zip bomb: counted while
 inflating, whatever the zip declares), and a name that appears twice. An entry whose name is too
-long for a file system is left out, alone, with a warning. Names in the reasons are escaped
+long for a file system is left out, alone, with a warning; a folder's hard link to the grader's
+own data or held-out answers is refused. Names in the reasons are escaped
 (repr) and cut short: a crafted name cannot forge a line of the report.
 """
 import os
@@ -26,14 +27,27 @@ class Refused(Exception):
     """Why a submission cannot be opened, in one line."""
 
 
-def unpack(path, dest, skipped=None):
+def identities(paths):
+    """{(device, inode)} of the files `paths` (None and missing ones left out)."""
+    found = set()
+    for p in paths:
+        try:
+            st = os.stat(p)
+        except (OSError, TypeError):
+            continue
+        found.add((st.st_dev, st.st_ino))
+    return found
+
+
+def unpack(path, dest, skipped=None, protected=()):
     """Copy the submission at `path` (a zip or a folder) into the new folder `dest`; returns the
     folder to grade: `dest`, or the one folder it holds when the submission was zipped or copied
     with its enclosing folder. A zip entry whose name no file system takes (a part of it over
     NAME_BYTES bytes, or the whole over MAX_NAME characters) costs that entry only: it is left
-    out, and `skipped` (a list) gets a line saying so."""
+    out, and `skipped` (a list) gets a line saying so. A folder's file that is a hard link to
+    one of `protected` ({(device, inode)}: the grader's held-out answers and data) is refused."""
     if os.path.isdir(path):
-        _copy_folder(path, dest)
+        _copy_folder(path, dest, protected)
     else:
         _extract_zip(path, dest, [] if skipped is None else skipped)
     root = dest
@@ -125,7 +139,7 @@ def _extract_zip(path, dest, skipped):
                               f'({type(e).__name__}: {str(e)[:200]!r})')
 
 
-def _copy_folder(path, dest):
+def _copy_folder(path, dest, protected=()):
     os.makedirs(dest)
     count = size = 0
     for root, dirs, files in os.walk(path):
@@ -139,6 +153,10 @@ def _copy_folder(path, dest):
             where = shown(os.path.normpath(os.path.join(rel, name)))
             if stat.S_ISLNK(mode):
                 raise Refused(f'{where} is a symbolic link')
+            st = os.lstat(full)
+            if stat.S_ISREG(mode) and st.st_nlink > 1 and (st.st_dev, st.st_ino) in protected:
+                raise Refused(f'{where} is a hard link to a file the grader keeps from '
+                              'submissions (its data or held-out answers)')
             if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
                 raise Refused(f'{where} is not a regular file')
         os.makedirs(os.path.join(dest, rel), exist_ok=True)

@@ -473,15 +473,17 @@ def test_the_same_seed_draws_the_same_whatever_the_dataset_draws_with(tmp_path, 
     assert reports[0] == reports[1]
 
 
-def test_the_grader_hides_the_out_folder_and_the_submissions_from_the_probe(tmp_path):
-    """The probe's user could read --out (not hidden) and the other students' submissions, which
-    the grader's command line names (readable by every user)."""
+def test_the_grader_hides_the_reports_and_the_submissions_from_the_probe(tmp_path):
+    """The probe's user could read --out's reports (not hidden) and the other students'
+    submissions, which the grader's command line names (readable by every user). The reports
+    are hidden as files (their folders may hold the Python the probe runs on)."""
     from types import SimpleNamespace
     args = SimpleNamespace(data_dir='d', test_answers='t.tsv', out=str(tmp_path / 'reports'),
                            gradescope=None, json=str(tmp_path / 'r' / 'grades.json'),
                            submissions=['class/a.zip', str(tmp_path / 'b.zip')])
     hidden = grade.Grader.hidden(SimpleNamespace(args=args))
-    assert str(tmp_path / 'reports') in hidden and str(tmp_path / 'r') in hidden
+    for name in ('reports/report.md', 'reports/report.csv', 'r/grades.json'):
+        assert str(tmp_path / name) in hidden
     assert os.path.abspath('class/a.zip') in hidden and str(tmp_path / 'b.zip') in hidden
 
 

@@ -35,12 +35,16 @@ if ! command -v bwrap >/dev/null 2>&1; then
     echo "note: bubblewrap (bwrap) is not installed: grading submissions needs it (apt-get install bubblewrap)"
   fi
 fi
-# the grader's user sandbox runs submissions' code as the account a5probe (user_sandbox.py): made
-# here for the tests, which only look for it (the grader itself makes it when it first needs it)
-if [ "${1:-}" = "--test" ] && [ "$(id -u)" = 0 ] && ! id a5probe >/dev/null 2>&1 &&
-    command -v useradd >/dev/null 2>&1; then
-  useradd --system --no-create-home --shell /usr/sbin/nologin a5probe ||
-    echo "note: could not make the account a5probe (the grader's user sandbox)"
+# the grader's user sandbox runs submissions' code as an account of its own (user_sandbox.py):
+# made here, as the grader makes it when it first needs it, for the tests, which only look for it
+if [ "${1:-}" = "--test" ] && [ "$(id -u)" = 0 ]; then
+  python - <<'PY'
+import sys
+sys.path.insert(0, 'scripts/grading')
+import user_sandbox
+if user_sandbox.make_account() is None:
+    print(f"note: could not make the account {user_sandbox.USER} (the grader's user sandbox)")
+PY
 fi
 # python3-seccomp (Debian's libseccomp for /usr/bin/python3): scripts/grading/gradescope_like.py
 # refuses namespaces as Docker does with it; the tests run the autograder under those conditions.

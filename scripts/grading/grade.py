@@ -625,10 +625,12 @@ def report_csv(results):
     return buf.getvalue()
 
 
+REPORTS = ('report.md', 'report.csv')  # what --out holds
+
+
 def results_files(args):
     """The files the grader writes its results in."""
-    reports = [os.path.join(args.out, name) for name in ('report.md', 'report.csv')] \
-        if args.out is not None else []
+    reports = [os.path.join(args.out, name) for name in REPORTS] if args.out is not None else []
     return [p for p in (args.json, args.gradescope) if p is not None] + reports
 
 
@@ -733,7 +735,7 @@ def check_args(args):
     if args.out is not None:
         problem = paths.out_folder_problem(args.out)
         if problem is None and os.path.isdir(args.out):
-            for name in ('report.md', 'report.csv'):
+            for name in REPORTS:
                 problem = paths.output_problem(os.path.join(args.out, name), reads)
                 if problem is not None:
                     break

@@ -225,9 +225,7 @@ def _run_probe(src, sandbox, request, wall_seconds, isolate, hidden):
                 proc = user_sandbox.popen_as(user, argv, work, env, subprocess.PIPE, _limit_files)
                 uid = user.pw_uid
                 end = functools.partial(user_sandbox.end_started, user, spare=(proc.pid,))
-                watchdog = user_sandbox.Watchdog(
-                    lambda: user_measure(uid, work), end,
-                    cpu=lambda: user_sandbox.cpu_seconds(user_sandbox.started(uid)))
+                watchdog = user_sandbox.Watchdog(lambda: user_measure(uid, work), end)
             else:
                 if isolate == 'bubblewrap':
                     argv = sandbox_command(argv, os.path.abspath(sandbox))
@@ -235,12 +233,8 @@ def _run_probe(src, sandbox, request, wall_seconds, isolate, hidden):
                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                         start_new_session=True, preexec_fn=_limit_files)
                 # (the folder is the only place bubblewrap lets it write; its processes descend)
-                watchdog = user_sandbox.Watchdog(
-                    lambda: user_sandbox.owned(os.geteuid(), (sandbox,),
-                                               user_sandbox.FILES_CAP + 1)
-                    + (user_sandbox.descendants(proc.pid),), lambda: _kill_group(proc),
-                    cpu=lambda: user_sandbox.cpu_seconds(
-                        [proc.pid] + user_sandbox.below(proc.pid, user_sandbox.process_table())))
+                watchdog = user_sandbox.Watchdog(lambda: bubblewrap_measure(proc.pid, sandbox),
+                                                 lambda: _kill_group(proc))
             watchdog.start()
             return _read_report(proc, request, wall_seconds, isolate, watchdog, end)
         finally:
@@ -255,15 +249,23 @@ def _run_probe(src, sandbox, request, wall_seconds, isolate, hidden):
 
 
 def user_measure(uid, work):
-    """(bytes, files, processes) of a probe run as another user, for its watchdog: its files in
-    its folder and the shared ones, the removed files it holds open there, and its System V
-    shared memory (memory that no process limit counts)."""
+    """(bytes, files, processes, CPU seconds) of a probe run as another user, for its watchdog:
+    its files in its folder and the shared ones, the removed files it holds open there, and its
+    System V shared memory (memory that no process limit counts)."""
     pids = user_sandbox.started(uid)
     size, files = user_sandbox.owned(uid, (work,) + user_sandbox.SHARED_TMP,
                                      user_sandbox.FILES_CAP + 1)
     size += user_sandbox.held_open(pids)
     size += sum(n for kind, _, n in user_sandbox.ipc_objects(uid) if kind == 'shm')
-    return size, files, len(pids)
+    return size, files, len(pids), user_sandbox.cpu_seconds(pids)
+
+
+def bubblewrap_measure(pid, sandbox):
+    """The same of a probe under bubblewrap (`pid`: bwrap's): its files in its folder (the only
+    place it can write), the processes below bwrap (its PID namespace's) and their CPU time."""
+    below = user_sandbox.below(pid, user_sandbox.process_table())
+    size, files = user_sandbox.owned(os.geteuid(), (sandbox,), user_sandbox.FILES_CAP + 1)
+    return size, files, len(below), user_sandbox.cpu_seconds([pid] + below)
 
 
 def _kill_group(proc):

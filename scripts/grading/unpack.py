@@ -149,11 +149,11 @@ def _copy_folder(path, dest, protected=()):
                           'characters long: beyond any submission')
         for name in dirs + files:
             full = os.path.join(root, name)
-            mode = os.lstat(full).st_mode
+            st = os.lstat(full)
+            mode = st.st_mode
             where = shown(os.path.normpath(os.path.join(rel, name)))
             if stat.S_ISLNK(mode):
                 raise Refused(f'{where} is a symbolic link')
-            st = os.lstat(full)
             if stat.S_ISREG(mode) and st.st_nlink > 1 and (st.st_dev, st.st_ino) in protected:
                 raise Refused(f'{where} is a hard link to a file the grader keeps from '
                               'submissions (its data or held-out answers)')

@@ -423,12 +423,6 @@ def hide_command_line():
     return True
 
 
-def descendants(pid):
-    """How many processes descend from `pid` (under bubblewrap: every process of its PID
-    namespace, whose first process is one of them)."""
-    return len(below(pid, process_table()))
-
-
 def cpu_seconds(pids):
     """The CPU time (user + system) the live processes `pids` have used, in seconds."""
     total = 0
@@ -444,20 +438,19 @@ def cpu_seconds(pids):
 
 class Watchdog(threading.Thread):
     """Ends the run (`kill()`) when measure() says its files pass DISK_CAP bytes or FILES_CAP
-    files, or its processes PROCESSES; `why` says so. measure(): (bytes, files, processes).
-    cpu(): the CPU seconds its processes have used, the most seen kept in `cpu_seen` (a process
-    the CPU limit kills with SIGKILL, its SIGXCPU ignored, is told from one killed for memory)."""
+    files, or its processes PROCESSES; `why` says so. measure(): (bytes, files, processes, the
+    CPU seconds its processes have used), the most CPU seen kept in `cpu_seen` (a process the
+    CPU limit kills with SIGKILL, its SIGXCPU ignored, is told from one killed for memory)."""
 
-    def __init__(self, measure, kill, every=0.5, cpu=None):
+    def __init__(self, measure, kill, every=0.5):
         super().__init__(daemon=True)
-        self.measure, self.kill, self.every, self.cpu = measure, kill, every, cpu
+        self.measure, self.kill, self.every = measure, kill, every
         self.why, self.done, self.cpu_seen = None, threading.Event(), 0.0
 
     def run(self):
         while not self.done.wait(self.every):
-            if self.cpu is not None:
-                self.cpu_seen = max(self.cpu_seen, self.cpu())
-            size, files, processes = self.measure()
+            size, files, processes, cpu = self.measure()
+            self.cpu_seen = max(self.cpu_seen, cpu)
             self.why = (f'wrote more than {DISK_CAP >> 20} MiB (all its files together, shared '
                         'memory included)'
                         if size > DISK_CAP else

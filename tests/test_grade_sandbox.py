@@ -7,6 +7,7 @@ Each hostile dataset.py acts when imported, then raises with what it saw: the pr
 error, and the test reads it there. The tests that need bubblewrap skip where it cannot run
 (scripts/setup.sh installs it where it can); those of the user sandbox where the tests do not run
 as root or the interpreter is closed to other users (.ci/run opens it)."""
+import errno
 import os
 import shutil
 import signal
@@ -507,25 +508,62 @@ def test_what_the_probe_leaves_in_ipc_and_run_lock_goes_after_it(tmp_path):
     assert not os.path.exists('/run/lock/a5-left')
 
 
-@needs_user
-@pytest.mark.parametrize('how', ['shared memory', 'removed but open'])
-def test_memory_the_probe_holds_outside_its_files_counts_against_its_cap(tmp_path, monkeypatch,
-                                                                         how):
-    """12 MiB in System V shared memory, or in a /dev/shm file removed but held open (no walk of
-    a folder finds it), against a cap of 4 MiB: the watchdog ends the run."""
+HELD = {  # each holds 12 MiB where no walk of its folders finds it, then waits
+    'System V shared memory': """import ctypes
+ctypes.CDLL(None).shmget(0, 12 << 20, 0o1600)""",
+    'a removed file held open': """import os
+f = open(PLACE, 'wb')
+f.write(b'x' * (12 << 20))
+f.flush()
+os.remove(PLACE)""",
+    'a memfd held by a child': """import os, time
+fd = os.memfd_create('a5-held')
+os.write(fd, b'x' * (12 << 20))
+if os.fork() == 0:
+    time.sleep(60)
+os.close(fd)""",
+    'a memfd mapped, its descriptor closed': """import mmap, os
+fd = os.memfd_create('a5-mapped')
+os.ftruncate(fd, 12 << 20)
+held = mmap.mmap(fd, 12 << 20)
+held.write(b'x' * (12 << 20))
+os.close(fd)""",
+    'files below a folder chain past the path-length limit': """import os
+fd = os.open('.', os.O_RDONLY)
+for _ in range(2200):  # 2,200 names of 200 characters: 440,000 characters of path
+    os.mkdir('d' * 200, dir_fd=fd)
+    fd, parent = os.open('d' * 200, os.O_RDONLY, dir_fd=fd), fd
+    os.close(parent)
+for i in range(12):
+    f = os.open(f'f{i}', os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd)
+    os.write(f, b'x' * (1 << 20))
+    os.close(f)""",
+}
+
+
+@pytest.mark.parametrize('kind', KINDS)
+@pytest.mark.parametrize('how', list(HELD))
+def test_what_the_probe_holds_outside_its_files_counts_against_its_cap(tmp_path, monkeypatch,
+                                                                       kind, how):
+    """12 MiB against a cap of 4 MiB, held where a walk of the probe's folders by path finds
+    nothing: System V shared memory (under bubblewrap, in its own IPC namespace), a file removed
+    but held open (/dev/shm, or the probe's folder), a memfd file held by a child or only mapped,
+    files below 2,200 folders. The watchdog ends the run; nothing of it is left in IPC."""
     monkeypatch.setattr(user_sandbox, 'DISK_CAP', 4 << 20)
     src = tmp_path / 'src'
     src.mkdir()
-    held = ('import ctypes, time\nlibc = ctypes.CDLL(None)\n'
-            'libc.shmget(0, 12 << 20, 0o1600)\ntime.sleep(60)\n' if how == 'shared memory' else
-            "import os, time\nf = open('/dev/shm/a5-held', 'wb')\nf.write(b'x' * (12 << 20))\n"
-            "f.flush()\nos.remove('/dev/shm/a5-held')\ntime.sleep(60)\n")
-    (src / 'dataset.py').write_text(held)
+    place = '/dev/shm/a5-held' if kind == 'user' else 'a5-held'  # (bubblewrap's is 4 MiB)
+    (src / 'dataset.py').write_text(f'PLACE = {place!r}\n' + HELD[how] + '\nimport time\n'
+                                    'time.sleep(60)\n')
     request, _, _ = spec_check.request_for(draws=spec_check.MIN_DRAWS)
-    got, why = spec_check.run_probe(str(src), str(tmp_path / 'sandbox'), request, 120,
-                                    isolate='user')
+    try:
+        got, why = spec_check.run_probe(str(src), str(tmp_path / 'sandbox'), request, 120,
+                                        isolate=kind)
+    finally:  # (rm -rf: the chain is past what pytest's clean-up can remove)
+        user_sandbox.remove(str(tmp_path / 'sandbox'))
     assert got is None and 'wrote more than 4 MiB' in why, why
-    assert user_sandbox.ipc_objects(user_sandbox.account().pw_uid) == []
+    if kind == 'user':
+        assert user_sandbox.ipc_objects(user_sandbox.account().pw_uid) == []
 
 
 @needs_bwrap
@@ -541,6 +579,34 @@ try:
 except OSError as e:
     SEEN = type(e).__name__'''
     assert seen(tmp_path, code) == "'OSError'"
+
+
+@needs_bwrap
+def test_under_bubblewrap_dev_is_read_only_and_its_devices_work(tmp_path):
+    """bubblewrap's own /dev is a tmpfs of no size cap (300 MiB were written there): read-only
+    now, and /dev/null still takes what is written to it."""
+    code = '''import errno
+with open('/dev/null', 'wb') as f:
+    f.write(b'x' * 100)
+try:
+    open('/dev/a5-big', 'wb')
+    SEEN = 'written'
+except OSError as e:
+    SEEN = errno.errorcode[e.errno]'''
+    assert seen(tmp_path, code) == "'EROFS'"
+
+
+@pytest.mark.parametrize('kind', KINDS)
+def test_the_probe_can_make_no_posix_message_queue(tmp_path, kind):
+    """A POSIX message queue outlives its maker, and where /dev/mqueue is not mounted nothing
+    lists it to remove it: the probe may make none (RLIMIT_MSGQUEUE 0), under either sandbox."""
+    code = '''import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mq_open.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_uint, ctypes.c_void_p]
+made = libc.mq_open(b'/a5-left', 0o100 | 0o2, 0o600, None)  # O_CREAT | O_RDWR
+SEEN = (made, ctypes.get_errno())'''
+    made, err = eval(seen(tmp_path, code, kind))
+    assert made == -1 and err in (errno.EMFILE, errno.ENOMEM), (made, err)
 
 
 def test_the_grader_can_blank_its_command_line_for_other_users():

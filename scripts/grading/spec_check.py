@@ -5,11 +5,11 @@ a copy of its src/, a clean environment, its working directory and HOME in that 
 on CPU time, address space and file size, and a wall-clock limit after which it is killed. The
 child runs under bubblewrap (Debian's `bubblewrap`, the sandbox Flatpak uses; `sandbox_command`):
 its own PID, mount, network, IPC and user namespaces, the interpreter and the probe read-only,
-the sandbox folder the only writable place, no /proc of the grader, and nothing it starts
-outlives it (--die-with-parent, a PID namespace whose processes all end with it). Without
-bubblewrap, grade.py refuses to run submission code unless told --no-sandbox. It is never
-imported into the grader. The child only reports what the dataset
-returned; the properties are judged here, on that plain data.
+the sandbox folder the only writable place (with a /dev/shm of DISK_CAP; /dev read-only), no
+/proc of the grader, and nothing it starts outlives it (--die-with-parent, a PID namespace whose
+processes all end with it). Without bubblewrap, grade.py refuses to run submission code unless
+told --no-sandbox. It is never imported into the grader. The child only reports what the
+dataset returned; the properties are judged here, on that plain data.
 
 The corpus is made up here from a seed (never wiki.txt, so a dataset that special-cases the real
 data gains nothing): documents of 0 to 400 characters, with non-ASCII characters, and questions
@@ -110,6 +110,9 @@ def _limit_files():
     import resource
     resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_CAP, FILE_CAP))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    # no POSIX message queue at all: one outlives its maker, and where /dev/mqueue is not mounted
+    # no one can list it to remove it
+    resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))
 
 
 class NoSandbox(Exception):
@@ -146,6 +149,8 @@ def sandbox_command(argv, folder):
            '--proc', '/proc', '--dev', '/dev']
     if bwrap_sizes():  # its /dev/shm is memory: at most the disk cap of it (else half the RAM)
         cmd += ['--size', str(user_sandbox.DISK_CAP), '--tmpfs', '/dev/shm']
+    # the /dev bubblewrap makes is a tmpfs of no size: read-only, its devices still work
+    cmd += ['--remount-ro', '/dev']
     for top in ('/bin', '/lib', '/lib64', '/lib32', '/sbin'):
         if os.path.islink(top):  # merged /usr: /bin -> usr/bin
             cmd += ['--symlink', os.readlink(top), top]
@@ -250,21 +255,28 @@ def _run_probe(src, sandbox, request, wall_seconds, isolate, hidden):
 
 def user_measure(uid, work):
     """(bytes, files, processes, CPU seconds) of a probe run as another user, for its watchdog:
-    its files in its folder and the shared ones, the removed files it holds open there, and its
-    System V shared memory (memory that no process limit counts)."""
+    its files in its folder and the shared ones, the memfd and removed files it holds open or
+    mapped, and its System V shared memory (memory that no process limit counts)."""
     pids = user_sandbox.started(uid)
-    size, files = user_sandbox.owned(uid, (work,) + user_sandbox.SHARED_TMP,
-                                     user_sandbox.FILES_CAP + 1)
-    size += user_sandbox.held_open(pids)
+    roots = (work,) + user_sandbox.SHARED_TMP
+    size, files = user_sandbox.owned(uid, roots, user_sandbox.FILES_CAP + 1)
+    size += user_sandbox.held_open(pids, roots)
     size += sum(n for kind, _, n in user_sandbox.ipc_objects(uid) if kind == 'shm')
     return size, files, len(pids), user_sandbox.cpu_seconds(pids)
 
 
 def bubblewrap_measure(pid, sandbox):
-    """The same of a probe under bubblewrap (`pid`: bwrap's): its files in its folder (the only
-    place it can write), the processes below bwrap (its PID namespace's) and their CPU time."""
+    """The same of a probe under bubblewrap (`pid`: bwrap's): its files in its folder and its
+    own /dev/shm (the only places it can write), the memfd and removed files its processes (those
+    below bwrap: its PID namespace's) hold, the System V shared memory of its IPC namespace, and
+    their CPU time."""
     below = user_sandbox.below(pid, user_sandbox.process_table())
-    size, files = user_sandbox.owned(os.geteuid(), (sandbox,), user_sandbox.FILES_CAP + 1)
+    inside = below[:1]  # bwrap's child: its /proc/PID/root is the sandbox's, its namespaces too
+    roots = (sandbox,) + tuple(f'/proc/{p}/root/dev/shm' for p in inside)
+    size, files = user_sandbox.owned(os.geteuid(), roots, user_sandbox.FILES_CAP + 1)
+    size += user_sandbox.held_open(below, (sandbox, '/dev/shm'))
+    size += sum(n for p in inside for kind, _, n in user_sandbox.ipc_objects(None, namespace_of=p)
+                if kind == 'shm')
     return size, files, len(below), user_sandbox.cpu_seconds([pid] + below)
 
 

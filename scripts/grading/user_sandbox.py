@@ -22,8 +22,9 @@ belong to other services. The user:
   session, a double fork) is still below the grader, and the grader ends the processes of the
   user below it (`end_started`), never the account's others; then every file of the user in the
   folders anyone may write in (SHARED_TMP) and every System V IPC object it owns are removed.
-  While it runs, its files there, the removed ones it still holds open and its shared memory
-  count towards its caps. Two graders on one machine take turns, whatever their TMPDIR
+  While it runs, its files there (however deep), the removed and memfd files it holds open or
+  mapped and its System V shared memory count towards its caps; it may make no POSIX message
+  queue (spec_check's limits). Two graders on one machine take turns, whatever their TMPDIR
   (`one_at_a_time`), and the modes a killed grader left changed are put back by the next.
 
 It does not take the network away (no namespaces: nothing to take it with); nothing the user can
@@ -296,16 +297,24 @@ def end_started(user, spare=(), rounds=50):
 
 
 def owned(uid, roots, limit):
-    """(bytes, files) of `uid`'s files under `roots` (the top of a shared folder's tree walked
-    only into the user's own folders), stopping at `limit` files."""
+    """(bytes, files) of `uid`'s files under `roots` (in a shared folder only the user's own
+    entries, with all below them), stopping at `limit` files. GNU find walks them: it opens each
+    folder relative to its parent, so files below a chain of folders deeper than the path-length
+    limit count too (a walk by absolute paths cannot open them)."""
+    roots = [r for r in roots if os.path.isdir(r)]
     total = count = 0
-    stack = list(roots)
-    while stack and count < limit:
-        for path, st in entries_of(stack.pop(), uid):
+    if not roots:
+        return total, count
+    walk = ['find', *roots, '-xdev', '-mindepth', '1', '(', '!', '-uid', str(uid), '-prune', ')',
+            '-o', '-printf', '%b\\n']  # (%b: 512-byte blocks, what the file takes on disk)
+    with subprocess.Popen(walk, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL) as find:
+        for line in find.stdout:
+            total += int(line) * 512
             count += 1
-            total += st.st_blocks * 512
-            if stat.S_ISDIR(st.st_mode):
-                stack.append(path)
+            if count >= limit:
+                find.kill()
+                break
     return total, count
 
 
@@ -324,9 +333,18 @@ def entries_of(folder, uid):
             yield e.path, st
 
 
-def ipc_objects(uid):
+def ipc_objects(uid, namespace_of=None):
     """[(kind, id, bytes)] of the System V IPC objects (shared memory, semaphores, message
-    queues) `uid` owns: they outlive the processes that made them."""
+    queues) `uid` owns (None: anyone): they outlive the processes that made them. namespace_of:
+    a pid whose IPC namespace to look in (bubblewrap's own, which /proc/sysvipc shows only to a
+    reader inside it), read from a thread that joins that namespace for the look (root only;
+    [] where it cannot, or where that is this process's namespace)."""
+    if namespace_of is not None:
+        found = []
+        look = threading.Thread(target=_look_inside, args=(namespace_of, uid, found))
+        look.start()
+        look.join()
+        return found
     found = []
     for kind, (_, id_column, bytes_column) in IPC.items():
         try:
@@ -334,12 +352,32 @@ def ipc_objects(uid):
                 header = f.readline().split()
                 for line in f:
                     row = line.split()
-                    if int(row[header.index('uid')]) == uid:
+                    if uid is None or int(row[header.index('uid')]) == uid:
                         size = int(row[bytes_column]) if bytes_column is not None else 0
                         found.append((kind, int(row[id_column]), size))
         except (OSError, ValueError, IndexError):
             continue
     return found
+
+
+CLONE_NEWIPC = 0x08000000
+
+
+def _look_inside(pid, uid, found):
+    """In this thread only (a namespace is a thread's own): join `pid`'s IPC namespace, then
+    list its objects into `found`."""
+    try:
+        if os.readlink(f'/proc/{pid}/ns/ipc') == os.readlink('/proc/self/ns/ipc'):
+            return  # (no namespace of its own: its objects are the machine's, looked at so)
+        fd = os.open(f'/proc/{pid}/ns/ipc', os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        if ctypes.CDLL(None, use_errno=True).setns(fd, CLONE_NEWIPC) != 0:
+            return
+    finally:
+        os.close(fd)
+    found.extend(ipc_objects(uid))
 
 
 def remove_ipc(uid):
@@ -350,26 +388,43 @@ def remove_ipc(uid):
 
 
 def held_open(pids, roots=SHARED_TMP):
-    """Bytes of the files removed from `roots` that the processes `pids` still hold open: a
-    file in /dev/shm is memory, and unlinked it is in no folder a walk can find."""
+    """Bytes of the files the processes `pids` hold that no walk of a folder finds: memfd files
+    (memfd_create: memory with no name in any folder) and files removed from `roots` (a file in
+    /dev/shm is memory), held by an open descriptor or only mapped into memory."""
     total, seen = 0, set()
     for pid in pids:
-        try:
-            fds = os.listdir(f'/proc/{pid}/fd')
-        except OSError:
-            continue
-        for fd in fds:
+        for link, target in held_files(pid):
+            if not (target.startswith('/memfd:') or target.endswith(' (deleted)')
+                    and target.startswith(tuple(roots))):
+                continue
             try:
-                target = os.readlink(f'/proc/{pid}/fd/{fd}')
-                if not target.endswith(' (deleted)') or not target.startswith(roots):
-                    continue
-                st = os.stat(f'/proc/{pid}/fd/{fd}')
+                st = os.stat(link)
             except OSError:
                 continue
             if (st.st_dev, st.st_ino) not in seen:
                 seen.add((st.st_dev, st.st_ino))
                 total += st.st_blocks * 512
     return total
+
+
+def held_files(pid):
+    """(a /proc link to the file, its path as the process names it) of each file `pid` holds
+    open, and of each one it maps (closed or not: /proc/PID/map_files, which only root reads)."""
+    base = f'/proc/{pid}'
+    try:
+        fds = os.listdir(f'{base}/fd')
+        with open(f'{base}/maps') as f:
+            maps = [line.split(None, 5) for line in f]
+    except OSError:
+        return
+    for fd in fds:
+        try:
+            yield f'{base}/fd/{fd}', os.readlink(f'{base}/fd/{fd}')
+        except OSError:
+            continue
+    for row in maps:
+        if len(row) == 6 and row[4] != '0':  # a file's mapping: address range ... inode path
+            yield f'{base}/map_files/{row[0]}', row[5].rstrip('\n')
 
 
 def remove_owned(uid, roots=SHARED_TMP):

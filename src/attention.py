@@ -3,10 +3,13 @@
 # [engine] (engine/fastmodel.py: the same function through PyTorch's fused kernel, over packed
 # [engine] rows or decoding caches) when GPTConfig.fast_attention or such bookkeeping asks.
 """
-The assignment's attention layers, after Andrej Karpathy's minGPT: causal self-attention (with
-rotary position embeddings for the rope variant), the synthesizer's attention, and the
-cross-attention of the perceiver's down and up projections.
+The assignment's attention layers, after Andrej Karpathy's minGPT.
 """
+# [2021-22] Causal self-attention, and the synthesizer's attention (its forward is part g's).
+# [2022-23] Causal self-attention, and the cross-attention of the perceiver's down and up
+# [2022-23] projections.
+# [2024-25] Causal self-attention, with rotary position embeddings for the rope variant, and a
+# [2024-25] causal cross-attention.
 
 import math
 import logging
@@ -101,7 +104,8 @@ class CausalSelfAttention(nn.Module):
         self.n_head = config.n_head
         fastmodel.attention_paths(self, config)  # [engine] fused kernel or this math
 
-    #[2021-22 2022-23 2024-25] def forward(self, x):
+    #[2022-23 2024-25] def forward(self, x):
+    #[2021-22] def forward(self, x, layer_past=None):
     def forward(self, x, **fast):  # [engine]
         if fast or self.flash:  # [engine]
             return fastmodel.attend(self, x, x, rotate=apply_rotary_emb, **fast)

@@ -27,8 +27,10 @@ The NameDataset takes the pretraining dataset of run.py, so that both share one 
 
 class NameDataset(Dataset):
     def __init__(self, pretraining_dataset, data):
-        self.MASK_CHAR = "\u2047"  # the doublequestionmark character, for mask
-        self.PAD_CHAR = "\u25A1"  # the empty square character, for pad
+        self.MASK_CHAR = "\u2047"  # [2024-25] the doublequestionmark character, for mask
+        #[2021-22 2022-23] self.MASK_CHAR = u"\u2047" # the doublequestionmark character, for mask
+        self.PAD_CHAR = "\u25A1"  # [2024-25] the empty square character, for pad
+        #[2021-22 2022-23] self.PAD_CHAR = u"\u25A1" # the empty square character, for pad
         self.itos = pretraining_dataset.itos
         self.stoi = pretraining_dataset.stoi
         self.block_size = pretraining_dataset.block_size
@@ -92,8 +94,10 @@ class NameDataset(Dataset):
 class CharCorruptionDataset(Dataset):
     #[2021-22 2022-23 2024-25] def __init__(self, data, block_size):
     def __init__(self, data, block_size, edition=None):  # [engine] edition: presets.edition's
-        self.MASK_CHAR = "\u2047"  # the doublequestionmark character, for mask
-        self.PAD_CHAR = "\u25A1"  # the empty square character, for pad
+        self.MASK_CHAR = "\u2047"  # [2024-25] the doublequestionmark character, for mask
+        #[2021-22 2022-23] self.MASK_CHAR = u"\u2047" # the doublequestionmark character, for mask
+        self.PAD_CHAR = "\u25A1"  # [2024-25] the empty square character, for pad
+        #[2021-22 2022-23] self.PAD_CHAR = u"\u25A1" # the empty square character, for pad
 
         chars = list(sorted(list(set(data))))
         inputs.refuse_reserved(chars, (self.MASK_CHAR, self.PAD_CHAR))  # [engine] one error line
@@ -106,7 +110,8 @@ class CharCorruptionDataset(Dataset):
         self.itos = {i: ch for i, ch in enumerate(chars)}
 
         data_size, vocab_size = len(data), len(chars)
-        print(f'data has {data_size} characters, {vocab_size} unique.')
+        print(f'data has {data_size} characters, {vocab_size} unique.')  # [2024-25]
+        #[2021-22 2022-23] print('data has %d characters, %d unique.' % (data_size, vocab_size))
 
         self.block_size = block_size
         self.vocab_size = vocab_size
@@ -170,20 +175,24 @@ if __name__ == '__main__':
     if args.dataset_type == 'namedata':
         # Even if it hasn't been implemented, we use it to define the vocab
         corruption_dataset = CharCorruptionDataset(datafiles.edition_wiki(), 128)  # [engine]
-        #[2021-22 2022-23 2024-25] corruption_dataset = CharCorruptionDataset(open('wiki.txt', encoding='utf-8').read(), 128)
+        #[2022-23 2024-25] corruption_dataset = CharCorruptionDataset(open('wiki.txt', encoding='utf-8').read(), 128)
+        #[2021-22] corruption_dataset = CharCorruptionDataset(open('wiki.txt').read(), 128)
         # Make the name dataset
-        name_dataset = NameDataset(corruption_dataset,
+        name_dataset = NameDataset(corruption_dataset,  # [2022-23 2024-25]
                                    open('birth_places_train.tsv', encoding='utf-8').read())
+        #[2021-22] name_dataset = NameDataset(corruption_dataset, open('birth_places_train.tsv').read())
         for _, example in zip(range(4), name_dataset):
             x, y = example
             print('x:', ''.join([name_dataset.itos[int(c)] for c in x]))
             print('y:', ''.join([name_dataset.itos[int(c)] for c in y]))
     elif args.dataset_type == 'charcorruption':
         corruption_dataset = CharCorruptionDataset(datafiles.edition_wiki(), 128)  # [engine]
-        #[2021-22 2022-23 2024-25] corruption_dataset = CharCorruptionDataset(open('wiki.txt', encoding='utf-8').read(), 128)
+        #[2022-23 2024-25] corruption_dataset = CharCorruptionDataset(open('wiki.txt', encoding='utf-8').read(), 128)
+        #[2021-22] corruption_dataset = CharCorruptionDataset(open('wiki.txt').read(), 128)
         for _, example in zip(range(4), corruption_dataset):
             x, y = example
             print('x:', ''.join([corruption_dataset.itos[int(c)] for c in x]))
             print('y:', ''.join([corruption_dataset.itos[int(c)] for c in y]))
     else:
-        raise ValueError(f"Unknown dataset type in command line args: {args.dataset_type}")
+        raise ValueError(f"Unknown dataset type in command line args: {args.dataset_type}")  # [2024-25]
+        #[2021-22 2022-23] raise ValueError("Unknown dataset type in command line args: {}".format(args.dataset_type))

@@ -1,5 +1,5 @@
 # [engine] Handout file: the starter's london_baseline.py (its lines: tests/test_cli.py).
-# TODO: [part d]
+# [2024-25] TODO: [part d]
 # Compute the accuracy of a baseline that answers "London" to every question of the dev set.
 # Hint: the starter's utilities already score a list of predictions; a few lines suffice.
 # [engine]   python src/london_baseline.py [EVAL_CORPUS_PATH]      (default birth_dev.tsv)
@@ -8,15 +8,20 @@
 # [engine] An empty or unreadable file, or one without gold places, is one error line (exit 2),
 # [engine] and nothing is written.
 
-import argparse  # noqa: F401 (the starter imports it)
+import argparse  # [2024-25] noqa: F401 (the starter imports it)
 import sys  # [engine]
-import utils
+import utils  # [2024-25]
+#[2021-22 2022-23 solved] import utils
+#[2021-22 2022-23 solved] with open('birth_dev.tsv', encoding='utf-8') as f:
+#[2021-22 2022-23 solved]     questions = f.readlines()
+#[2021-22 2022-23 solved] total, correct = utils.evaluate_places('birth_dev.tsv', ['London'] * len(questions))
+#[2021-22 2022-23 solved] print('Correct: {} out of {}: {}%'.format(correct, total, correct / total * 100))
 
 from engine import common, inputs, paths  # [engine]
 from engine.datafiles import resolve  # [engine]
 
 
-def main():
+def main():  # [2024-25]
     accuracy = 0.0
 
     # Compute accuracy in the range [0.0, 100.0]
@@ -40,7 +45,7 @@ def main():
     return accuracy
 
 
-if __name__ == '__main__':
+if __name__ == '__main__':  # [2024-25]
     try:  # [wrapper]
         # [engine] the output is checked before anything is read: never an input, a name that fits
         problem = paths.output_problem('london_baseline_accuracy.txt', [  # [engine]

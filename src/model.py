@@ -6,14 +6,17 @@
 # [engine] computes the fast way; under --plain the body below computes every training step.
 """
 The GPT model, after Andrej Karpathy's minGPT:
-- an embedding of each character, plus one of its position (none for the rope variant, whose
-  attention layers rotate queries and keys by position instead),
+- an embedding of each character, plus one of its position,
 - a stack of identical Transformer blocks, each a self-attention layer then a one-hidden-layer
   MLP, both added onto a residual stream,
 - a final layer norm and a linear map to the logits over the vocabulary.
-The perceiver variant (2022-23) reads the input into a few learned slots first and back out at
-the end, so that the blocks between work on those slots only.
 """
+# [2024-25] The rope variant has no position embedding: its attention layers rotate queries and
+# [2024-25] keys by position instead.
+# [2022-23] The perceiver variant reads the input into a few learned slots first and back out at
+# [2022-23] the end, so that the blocks between work on those slots only.
+
+#[2021-22 2022-23] import math
 
 import torch
 import torch.nn as nn
@@ -33,7 +36,8 @@ class GPTConfig:
     resid_pdrop = 0.1
     attn_pdrop = 0.1
     rope = False  # [2024-25]
-    synthesizer = False  # [2021-22]
+    synthesizer = False  # [2021-22 solved]
+    additive = False  # [2021-22 empty]
     perceiver = False  # [2022-23]
     bottleneck_dim = None  # [2022-23 2024-25]
     # [engine] False computes attention with the handout's written-out masked softmax, True with
@@ -85,8 +89,12 @@ class Block(nn.Module):
         super().__init__()
         self.ln1 = nn.LayerNorm(config.n_embd)
         self.ln2 = nn.LayerNorm(config.n_embd)
-        if config.synthesizer:  # [2021-22]
+        # [engine] additive: the emptied 2021-22 starter's stub, which its part g replaces (never
+        # [engine] taken here)
+        if config.synthesizer:  # [2021-22 solved]
             self.attn = attention.SynthesizerAttention(config)
+        elif config.additive:  # [2021-22 empty]
+            self.attn = attention.AdditiveSelfAttention(config)
         else:
             self.attn = attention.CausalSelfAttention(config)
         self.mlp = nn.Sequential(
@@ -118,7 +126,7 @@ class DownProjectBlock(nn.Module):  # [2022-23]
     def __init__(self, config):
         super().__init__()
         ### YOUR CODE HERE
-        ### Hint: start from Block's code.
+        ### Hint: begin from Block's code and change what differs.
         self.C = nn.Parameter(torch.empty(1, config.bottleneck_dim, config.n_embd))
         nn.init.xavier_uniform_(self.C)
         self.ln1 = nn.LayerNorm(config.n_embd)
@@ -139,7 +147,7 @@ class DownProjectBlock(nn.Module):  # [2022-23]
         if fast:  # [engine]
             return fastmodel.down_project(self, x_input, **fast)
         ### YOUR CODE HERE
-        ### Hint: Block's forward, a few lines.
+        ### Hint: Block's forward, changed where it differs: 3 to 5 lines.
         x = self.C + self.attn(x_input, self.ln1(self.C))
         x = x + self.mlp(self.ln2(x))
         return x
@@ -155,7 +163,7 @@ class UpProjectBlock(nn.Module):  # [2022-23]
     def __init__(self, config):
         super().__init__()
         ### YOUR CODE HERE
-        ### Hint: start from Block's code.
+        ### Hint: begin from Block's code and change what differs.
         self.ln1 = nn.LayerNorm(config.n_embd)
         self.ln2 = nn.LayerNorm(config.n_embd)
         self.attn = attention.CausalCrossAttention(config)
@@ -174,7 +182,7 @@ class UpProjectBlock(nn.Module):  # [2022-23]
         if fast:  # [engine]
             return fastmodel.up_project(self, y, x_input, **fast)
         ### YOUR CODE HERE
-        ### Hint: Block's forward, a few lines.
+        ### Hint: Block's forward, changed where it differs: 3 to 5 lines.
         x = x_input + self.attn(self.ln1(y), x_input)
         x = x + self.mlp(self.ln2(x))
         return x
@@ -242,7 +250,8 @@ class GPT(nn.Module):
             return fastmodel.forward(self, idx, targets, **fast)
         b, t = idx.size()
         assert t <= self.block_size, f"Cannot forward, model block size ({t}, {self.block_size}) is exhausted."  # [2024-25]
-        #[2021-22 2022-23] assert t <= self.block_size, "Cannot forward, model block size (%d, %d) is exhausted." % (t, self.block_size)
+        #[2022-23] assert t <= self.block_size, "Cannot forward, model block size (%d, %d) is exhausted." % (t, self.block_size)
+        #[2021-22] assert t <= self.block_size, "Cannot forward, model block size is exhausted."
 
         # forward the GPT model
         token_embeddings = self.tok_emb(idx) # each index maps to a (learnable) vector
@@ -250,12 +259,16 @@ class GPT(nn.Module):
             x_input = token_embeddings
         else:
             position_embeddings = self.pos_emb[:, :t, :] # each position maps to a (learnable) vector
-            x_input = token_embeddings + position_embeddings
+            x_input = token_embeddings + position_embeddings  # [2024-25]
+            #[2022-23] x_input = self.drop(token_embeddings + position_embeddings)
 
-        x = self.drop(x_input)
+        x = self.drop(x_input)  # [2024-25]
+        #[2021-22] x = self.drop(token_embeddings + position_embeddings)
         if self.perceiver:  # [2022-23]
-            x_input = x  # the up projection's queries: the input, after dropout
+            x_input = x  # [engine] the up projection's queries: the input, after dropout
             x = self.down_block(x_input)
+        #[2022-23] else:
+        #[2022-23]     x = x_input
         x = self.blocks(x)
         if self.perceiver:  # [2022-23]
             x = self.up_block(x, x_input)

@@ -24,16 +24,32 @@ from engine.common import LazyWriter as SummaryWriter  # [engine] its folder mad
 random.seed(0)
 
 argp = argparse.ArgumentParser()
-argp.add_argument('function', help="Choose pretrain, finetune, or evaluate")
+argp.add_argument('function', help="Choose pretrain, finetune, or evaluate")  # [2022-23 2024-25]
+#[2021-22] argp.add_argument('function',
+#[2021-22]     help="Whether to pretrain, finetune or evaluate a model",
+#[2021-22]     choices=["pretrain", "finetune", "evaluate"])
 argp.add_argument('variant', help="Choose vanilla or rope")  # [2024-25]
 #[2022-23] argp.add_argument('variant', help="Choose vanilla or perceiver")
-#[2021-22] argp.add_argument('variant', help="Choose vanilla or synthesizer")
+#[2021-22] argp.add_argument('variant',
+#[2021-22]     help="Which variant of the model to run ('vanilla' or 'synthesizer')",
+#[2021-22]     choices=["vanilla", "synthesizer"])
 argp.add_argument('--bottleneck_dim', type=int, default=32)  # [2022-23]
-argp.add_argument('pretrain_corpus_path', default=None)
-argp.add_argument('--reading_params_path', default=None)
-argp.add_argument('--writing_params_path', default=None)
-argp.add_argument('--finetune_corpus_path', default=None)
-argp.add_argument('--eval_corpus_path', default=None)
+argp.add_argument('pretrain_corpus_path', default=None)  # [2022-23 2024-25]
+argp.add_argument('--reading_params_path', default=None)  # [2022-23 2024-25]
+argp.add_argument('--writing_params_path', default=None)  # [2022-23 2024-25]
+argp.add_argument('--finetune_corpus_path', default=None)  # [2022-23 2024-25]
+argp.add_argument('--eval_corpus_path', default=None)  # [2022-23 2024-25]
+#[2021-22] argp.add_argument('pretrain_corpus_path',
+#[2021-22]     help="Path of the corpus to pretrain on", default=None)
+#[2021-22] argp.add_argument('--reading_params_path',
+#[2021-22]     help="If specified, path of the model to load before finetuning/evaluation",
+#[2021-22]     default=None)
+#[2021-22] argp.add_argument('--writing_params_path',
+#[2021-22]     help="Path to save the model after pretraining/finetuning", default=None)
+#[2021-22] argp.add_argument('--finetune_corpus_path',
+#[2021-22]     help="Path of the corpus to finetune on", default=None)
+#[2021-22] argp.add_argument('--eval_corpus_path',
+#[2021-22]     help="Path of the corpus to evaluate on", default=None)
 argp.add_argument('--outputs_path', default=None)
 argp.add_argument('--pretrain_lr', default=6e-3, type=float)  # [2022-23 2024-25]
 argp.add_argument('--finetune_lr', default=6e-4, type=float)  # [2022-23 2024-25]
@@ -58,6 +74,7 @@ def main(argv=None):  # [wrapper]
             device = torch.cuda.current_device()
         elif torch.backends.mps.is_available() and args.variant == 'vanilla':  # [2024-25]
             device = 'mps'
+        # [2021-22 2022-23] Save the device
         #[2021-22 2022-23] device = torch.cuda.current_device() if torch.cuda.is_available() else 'cpu'
         device = command.device(args)  # [engine] --device; torchrun's rank's GPU; seeds as its edition
 
@@ -83,7 +100,8 @@ def main(argv=None):  # [wrapper]
         # (that is, the same mapping from character to integer, and we build the
         # vocab from the pretraining corpus.)
         block_size = 128
-        text = open(args.pretrain_corpus_path, encoding='utf-8').read()
+        text = open(args.pretrain_corpus_path, encoding='utf-8').read()  # [2022-23 2024-25]
+        #[2021-22] text = open(args.pretrain_corpus_path).read()
         text = command.corpus_text(args, text)  # [engine] wiki.txt as the edition ships it
         pretrain_dataset = dataset.CharCorruptionDataset(text, block_size)
         pretrain_dataset.edition = args.edition  # [engine] the lengths of the command's edition
@@ -100,8 +118,13 @@ def main(argv=None):  # [wrapper]
             n_embd=256)
         mconf = command.model_config(args, mconf)  # [engine] the preset's sizes, --dropout, --plain
 
-        # define models.
-        # note: models should moved to device defined on lines 30-34.
+        #[2021-22 2022-23] """
+        #[2021-22 2022-23] Don't change above here; write your code below
+        #[2021-22 2022-23] """
+
+        # [2022-23 2024-25] define models.
+        # [2024-25] note: models should moved to device defined on lines 30-34.
+        # [2022-23] note: models should moved to device defined on line 34.
         randoms = devices.random_states(device)  # [engine] (a slow machine's model drawn as this one)
 
         model = None  # [2024-25]
@@ -131,16 +154,19 @@ def main(argv=None):  # [wrapper]
             mconf.synthesizer = True
             model = models.GPT(mconf).to(device)
             ### END YOUR CODE ###
-        else:
+        else:  # [2022-23 2024-25]
             raise ValueError("Unknown model variant")
+        # [2021-22] From here on, your code should be identical independent of which
+        # [2021-22] variant (vanilla or synthesizer) has been chosen.
         # [engine] a CPU preset's model for a slow machine, where it may be trained instead:
         model = cpu_recipe.fit_model(args, model, mconf, models.GPT, device, randoms)  # [engine]
 
-        if args.variant != 'synthesizer' and distributed.rank() == 0:  # [wrapper 2022-23 2024-25]
+        if args.variant != 'synthesizer' and distributed.rank() == 0:  # [wrapper 2024-25]
             print('Model on device: ', next(model.parameters()).device)
 
         # Perform pretraining, finetuning, or evaluation
         if args.function == 'pretrain':
+            assert args.pretrain_corpus_path is not None  # [2021-22]
             assert args.writing_params_path is not None
             # TODO [part f]:
             # - Given:
@@ -203,7 +229,8 @@ def main(argv=None):  # [wrapper]
             #     2. Finetune the model on this corpus
             #     3. Save the resulting model in args.writing_params_path
             # - Make sure to use the following hyperparameters:
-            #     [part d] Hyperparameters for finetuning WITHOUT a pretrained model:
+            # [2022-23 2024-25]     [part d] Hyperparameters for finetuning WITHOUT a pretrained model:
+            # [2021-22]     Hyperparameters for finetuning WITHOUT a pretrained model:
             #         max_epochs=75
             #         batch_size=256
             # [2021-22]         learning_rate=6e-4
@@ -213,10 +240,19 @@ def main(argv=None):  # [wrapper]
             #         final_tokens=200*len(pretrain_dataset)*block_size
             #         num_workers=4
             # [2022-23 2024-25]         writer=writer
-            #     [part f] Hyperparameters for finetuning WITH a pretrained model:
-            #         the same, with max_epochs=10
-            #     You can use the args.reading_params_path flag to switch between the
-            #     number of epochs for each case.
+            # [2022-23 2024-25]     [part f] Hyperparameters for finetuning WITH a pretrained model:
+            # [2021-22]     Hyperparameters for finetuning WITH a pretrained model:
+            #         max_epochs=10
+            #         batch_size=256
+            # [2021-22]         learning_rate=6e-4
+            # [2022-23 2024-25]         learning_rate=args.finetune_lr
+            #         lr_decay=True
+            #         warmup_tokens=512*20
+            #         final_tokens=200*len(pretrain_dataset)*block_size
+            #         num_workers=4
+            # [2022-23 2024-25]         writer=writer
+            # [2022-23 2024-25]     You can use the args.reading_params_path flag to switch between the
+            # [2022-23 2024-25]     number of epochs for each case.
 
             ### YOUR CODE HERE ###
             if args.reading_params_path is not None:
@@ -258,9 +294,11 @@ def main(argv=None):  # [wrapper]
             if not args.plain:  # [engine] the same answers, decoded many at a time, written whole
                 command.evaluate(model, args, pretrain_dataset, device)  # [engine]
             else:  # [starter]
-                with open(args.outputs_path, 'w', encoding='utf-8') as fout:
+                #[2021-22] with open(args.outputs_path, 'w') as fout:
+                with open(args.outputs_path, 'w', encoding='utf-8') as fout:  # [2022-23 2024-25]
                     predictions = []
-                    for line in tqdm(open(args.eval_corpus_path, encoding='utf-8')):
+                    #[2021-22] for line in tqdm(open(args.eval_corpus_path)):
+                    for line in tqdm(open(args.eval_corpus_path, encoding='utf-8')):  # [2022-23 2024-25]
                         x = line.split('\t')[0]
                         x = x + '⁇'
                         x = torch.tensor([pretrain_dataset.stoi[s] for s in x],
@@ -272,9 +310,11 @@ def main(argv=None):  # [wrapper]
                         fout.write(pred + '\n')
                     total, correct = utils.evaluate_places(args.eval_corpus_path, predictions)
                 if total > 0:
-                    print(f'Correct: {correct} out of {total}: {correct/total*100}%')
+                    print(f'Correct: {correct} out of {total}: {correct/total*100}%')  # [2024-25]
+                    #[2021-22 2022-23] print('Correct: {} out of {}: {}%'.format(correct, total, correct/total*100))
                 else:
-                    print(f'Predictions written to {args.outputs_path}; no targets provided')
+                    print(f'Predictions written to {args.outputs_path}; no targets provided')  # [2024-25]
+                    #[2021-22 2022-23] print('Predictions written to {}; no targets provided'.format(args.outputs_path))
     except command.STOPS as e:  # [engine] bad input, a loss not finite, an interrupt: one line
         sys.exit(command.report(e))
     finally:  # [engine] the steps logged so far reach the events file; the outputs let go

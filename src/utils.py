@@ -79,7 +79,8 @@ def evaluate_places(filepath, predicted_places):
 
     Returns: (total, correct), floats
     """
-    with open(filepath, encoding='utf-8') as fin:
+    #[2021-22] with open(filepath) as fin:
+    with open(filepath, encoding='utf-8') as fin:  # [2022-23 2024-25]
         lines = [x.strip().split('\t') for x in fin]
         if len(lines[0]) == 1:
             print('No gold birth places provided; returning (0,0)')

@@ -202,12 +202,13 @@ def test_get_name_prediction_answers_as_evaluate_does():
 def test_the_handout_files_stay_the_size_a_student_reads_beside_the_starter():
     """Solved starters hold 959 (2024-25) and 1,023 (2022-23) lines in these files, for two
     variants each; ours hold four variants, the three editions' lines side by side (run.py: the
-    starter's 169, twice over where they differ) and the faster paths beside the plain math.
-    What grows past these bounds belongs to the engine."""
+    starter's 169, twice over where they differ, and 2021-22's arguments with its help texts)
+    and the faster paths beside the plain math. What grows past these bounds belongs to the
+    engine."""
     def lines(*names):
         return sum(len(open(os.path.join(SRC, n), encoding='utf-8').read().splitlines())
                    for n in names)
-    assert lines('run.py') <= 300 and lines('trainer.py') <= 230
+    assert lines('run.py') <= 330 and lines('trainer.py') <= 230
     assert lines('dataset.py') <= 220 and lines('utils.py') <= 110
     assert lines('model.py', 'attention.py') <= 540
     assert lines(*HANDOUT_FILES) <= 1400

@@ -17,9 +17,14 @@ line, or a comment line of their own):
                         elsewhere. In the project every such line runs (an edition's
                         alternatives sit in `if` clauses marked as wrappers of their editions).
   #[2024-25] CODE       a comment line holding an edition's own line: CODE, in that edition only;
-                        where CODE is a header and the next line a header marked [engine], CODE
-                        replaces that header (its body stays).
-  # [2024-25] text      a comment line of those editions' starters only (`# text` there).
+                        where CODE is a header and the next line a header marked [engine] or for
+                        editions, CODE replaces that header (its body stays) in its editions;
+                        several such lines in a row: each in its own editions.
+  # [2024-25] text      a comment line of those editions' starters only (`# text` there); after
+                        code, the line is those editions' and keeps `# text` there.
+  # [2021-22 empty]     `solved` or `empty` beside the editions (or alone): in the solved or the
+  #[2021-22 empty] CODE emptied starter only (a line of the empty starter a student's part
+                        replaces; in the project every such line runs, as all others do).
   ### YOUR CODE HERE ###
   ...                   a block the student fills: emptied to `pass` (kept with --solved).
   ### END YOUR CODE ###
@@ -47,8 +52,9 @@ HANDOUT_FILES = ('attention.py', 'dataset.py', 'london_baseline.py', 'model.py',
                  'trainer.py', 'utils.py')
 BEGIN = re.compile(r'^\s*###\s*YOUR CODE HERE')
 END = re.compile(r'^\s*###\s*END YOUR CODE')
+HINT = re.compile(r'^\s*###\s*Hint')
 MARK = re.compile(r'#\s*\[([^\]]*)\]')
-ALTERNATIVE = re.compile(r'^(\s*)#\[([0-9 -]+)\] (.*)$')
+ALTERNATIVE = re.compile(r'^(\s*)#\[([0-9a-z -]+)\] (.*)$')
 ENGINE_MODULES = re.compile(r'^\s*(from engine\b|import engine\b)', re.M)
 
 
@@ -134,9 +140,24 @@ def parse_marker(marker):
         if not set(editions) <= set(EDITIONS):
             raise StarterError(f'unknown edition in marker [{marker}]')
         return 'wrapper', editions
-    if words and all(w in EDITIONS for w in words):
+    if words and all(w in EDITIONS or w in STATES for w in words):
         return 'editions', tuple(words)
     return None, None
+
+
+# A starter is emptied (its students' blocks `pass`) or solved: a line marked `solved` is in the
+# solved one only (and runs in the project), one marked `empty` in the emptied one only.
+STATES = ('solved', 'empty')
+
+
+class Target(collections.namedtuple('Target', 'edition solved')):
+    """The starter being read out: its edition, and whether its students' blocks are kept."""
+
+    def wants(self, words):
+        """Whether a marker's words (editions, and `solved` or `empty`) take in this starter."""
+        editions = [w for w in words if w in EDITIONS] or EDITIONS
+        states = [w for w in words if w in STATES]
+        return self.edition in editions and (not states or STATES[not self.solved] in states)
 
 
 def block_end(lines, i):
@@ -166,31 +187,33 @@ CLAUSES = {'if': ('elif', 'else'), 'try': ('except', 'else', 'finally'), 'for': 
            'while': ('else',)}
 
 
-def transform(lines, edition):
-    """The lines of `edition`'s starter (markers read; students' blocks as they are)."""
+def transform(lines, target):
+    """The lines of the `target` starter (markers read; students' blocks as they are)."""
     out, i = [], 0
     while i < len(lines):
         line = lines[i]
         kind, editions = parse_marker(line.marker)
         if line.comment_only:
             alt = ALTERNATIVE.match(line.text)
-            replaced = alt is not None and alt.group(3).rstrip().endswith(':') and \
-                i + 1 < len(lines) and lines[i + 1].header and \
-                parse_marker(lines[i + 1].marker)[0] == 'engine'
-            if replaced:  # an edition's header in place of the engine's: the body stays
-                end = block_end(lines, i + 1)
-                if edition in alt.group(2).split():
-                    out.append(Line(line.rows, alt.group(1) + alt.group(3), line.indent, None,
-                                    True, False))
-                    out += transform(lines[i + 2:end], edition)
-                i = end
+            heads = alternative_headers(lines, i)
+            if heads:  # editions' headers in place of the marked one: the body stays
+                header = lines[i + len(heads)]
+                end = block_end(lines, i + len(heads))
+                mine = [h for h in heads if target.wants(h.group(2).split())]
+                if mine:
+                    out.append(Line(line.rows, mine[0].group(1) + mine[0].group(3), line.indent,
+                                    None, True, False))
+                    out += transform(lines[i + len(heads) + 1:end], target)
+                # (the engine's header goes with its body; an edition's is read as marked)
+                i = end if mine or parse_marker(header.marker)[0] == 'engine' else \
+                    i + len(heads)
                 continue
             if alt:
-                if edition in alt.group(2).split():
+                if target.wants(alt.group(2).split()):
                     out.append(Line(line.rows, alt.group(1) + alt.group(3), line.indent, None,
                                     False, False))
             elif kind == 'editions':  # a comment of those editions' only
-                if edition in editions:
+                if target.wants(editions):
                     out.append(Line(line.rows, MARK.sub('#', line.text, count=1).rstrip(),
                                     line.indent, None, False, True))
             elif kind != 'engine':
@@ -201,7 +224,7 @@ def transform(lines, edition):
             if kind in ('wrapper', 'starter'):
                 raise StarterError(f'line {line.rows[0]}: [{line.marker}] marks a line that '
                                    'opens no block')
-            if not (kind == 'engine' or (kind == 'editions' and edition not in editions)):
+            if not (kind == 'engine' or (kind == 'editions' and not target.wants(editions))):
                 out.append(line)
             i += 1
             continue
@@ -215,18 +238,34 @@ def transform(lines, edition):
                 j = end
                 continue
             break
-        out += chain(lines, clauses, edition)
+        out += chain(lines, clauses, target)
         i = clauses[-1][1]
     return out
 
 
-def unwrapped(lines, start, end, edition):
+def alternative_headers(lines, i):
+    """The alternative lines from i on (matches of ALTERNATIVE) that are headers in place of the
+    header after them, one marked [engine] or for editions; [] where lines[i] opens no such run."""
+    heads, j = [], i
+    while j < len(lines) and lines[j].comment_only:
+        alt = ALTERNATIVE.match(lines[j].text)
+        if alt is None or not alt.group(3).rstrip().endswith(':'):
+            return []
+        heads.append(alt)
+        j += 1
+    if heads and j < len(lines) and lines[j].header and \
+            parse_marker(lines[j].marker)[0] in ('engine', 'editions'):
+        return heads
+    return []
+
+
+def unwrapped(lines, start, end, target):
     """A clause's body in its header's place: dedented, read for the edition."""
     body = lines[start + 1:end]
-    return transform(dedent(body, body_indent(body) - lines[start].indent), edition)
+    return transform(dedent(body, body_indent(body) - lines[start].indent), target)
 
 
-def chain(lines, clauses, edition):
+def chain(lines, clauses, target):
     """A compound statement's clauses (if/elif/else, try/except/else/finally, def, with, ...)
     as `edition`'s starter has them."""
     out, emitted, engine_if = [], False, False
@@ -234,7 +273,7 @@ def chain(lines, clauses, edition):
     for n, (start, end) in enumerate(clauses):
         head = lines[start]
         kind, editions = parse_marker(head.marker)
-        mine = editions is None or edition in editions
+        mine = editions is None or target.wants(editions)
         if kind == 'engine' or (kind in ('editions', 'wrapper') and not mine):
             engine_if = engine_if or (n == 0 and kind == 'engine')
             continue
@@ -242,7 +281,7 @@ def chain(lines, clauses, edition):
             if emitted and first == 'if':
                 raise StarterError(f'line {head.rows[0]}: a clause unwrapped after an if that '
                                    'stays')
-            out += unwrapped(lines, start, end, edition)
+            out += unwrapped(lines, start, end, target)
             if first in ('if', 'try') or n == 0:
                 break  # the other clauses were its alternatives (or its handlers)
             continue
@@ -252,10 +291,10 @@ def chain(lines, clauses, edition):
         if not emitted and head.keyword == 'elif':
             text = text.replace('elif', 'if', 1)
         elif not emitted and n > 0 and head.keyword == 'else':
-            out += unwrapped(lines, start, end, edition)
+            out += unwrapped(lines, start, end, target)
             break
         out.append(Line(head.rows, text, head.indent, None, True, False))
-        out += transform(lines[start + 1:end], edition)
+        out += transform(lines[start + 1:end], target)
         emitted = True
     return out
 
@@ -281,23 +320,28 @@ def strip_markers(text):
             continue
         row, col = tok.start
         line = rows[row - 1]
-        if line[:col].strip():  # a comment after code: cut it off
-            rows[row - 1] = line[:col].rstrip()
+        if line[:col].strip():  # a comment after code: cut off, but an edition's own words
+            found = MARK.match(tok.string)
+            words = tok.string[found.end():].strip() if found else ''
+            kept = words and not words.startswith('noqa') and \
+                parse_marker(found.group(1))[0] == 'editions'
+            rows[row - 1] = line[:col].rstrip() + (f'  # {words}' if kept else '')
     return '\n'.join(rows)
 
 
 def empty_blocks(text):
-    """Each student block emptied to `pass` at its indentation."""
+    """Each student block emptied to `pass` at its indentation, its hints (`### Hint` lines) kept
+    above it."""
     out, inside = [], False
     for row in text.split('\n'):
         if BEGIN.match(row):
             out.append(row)
-            out.append(row[:len(row) - len(row.lstrip())] + 'pass')
-            inside = True
+            inside, indent = True, row[:len(row) - len(row.lstrip())]
             continue
-        if END.match(row):
+        if END.match(row) and inside:
+            out.append(indent + 'pass')
             inside = False
-        if not inside:
+        if not inside or HINT.match(row):
             out.append(row)
     return '\n'.join(out)
 
@@ -317,14 +361,16 @@ def starter_source(source, edition, solved=False, name='?'):
     except (tokenize.TokenError, IndentationError, SyntaxError) as e:
         raise StarterError(f'{name}: cannot be read ({e})')
     try:
-        text = '\n'.join(line.text for line in transform(lines, edition))
+        text = '\n'.join(line.text for line in transform(lines, Target(edition, solved)))
     except StarterError as e:
         raise StarterError(f'{name} {e}')
     text = strip_markers(text)
     if not solved:
         text = empty_blocks(text)
-    if name == 'run.py' and edition != '2024-25':  # the module, not the word in prose
-        text = re.sub(r'\bmodels(?=\.)|(?<=^import )models$', 'model', text, flags=re.M)
+    if name == 'run.py' and edition != '2024-25':  # the module, not the word in comments
+        text = '\n'.join(row if row.lstrip().startswith('#') else
+                         re.sub(r'\bmodels(?=\.)|(?<=^import )models$', 'model', row)
+                         for row in text.split('\n'))
     return tidy(text)
 
 
@@ -389,8 +435,12 @@ def statements(text):
 def digests(text):
     """statements(text) as {sha256 of the statement (16 hex digits): count}: what a test keeps
     of a public starter, whose code is not this project's to copy."""
-    return {hashlib.sha256(s.encode('utf-8')).hexdigest()[:16]: n
-            for s, n in statements(text).items()}
+    return {digest(s): n for s, n in statements(text).items()}
+
+
+def digest(statement):
+    """One statement's digest, as digests keeps it."""
+    return hashlib.sha256(statement.encode('utf-8')).hexdigest()[:16]
 
 
 def held(reference, ours):

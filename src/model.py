@@ -1,9 +1,8 @@
 # [engine] Handout file: the starter's model.py, models.py in the 2024-25 edition (names,
-# [engine] state_dict keys fixed: tests/test_model_compat.py). Each forward is the handout's;
-# [engine] its first line hands the call to the engine (engine/fastmodel.py) when the trainer or
-# [engine] the decoder asks for what the body cannot carry (training on the positions that can
-# [engine] change the loss only, decoding with each layer's keys and values kept) or the model
-# [engine] computes the fast way; under --plain the body below computes every training step.
+# [engine] state_dict keys fixed: tests/test_model_compat.py). Each forward is the handout's; its
+# [engine] first line hands the call to the engine (engine/fastmodel.py) only for what the body
+# [engine] cannot carry: packed rows (training on the positions that change the loss only) and
+# [engine] decoding caches. Under --plain the bodies below compute every training step.
 """
 The GPT model, after Andrej Karpathy's minGPT:
 - an embedding of each character, plus one of its position,
@@ -40,14 +39,12 @@ class GPTConfig:
     additive = False  # [2021-22 empty]
     perceiver = False  # [2022-23]
     bottleneck_dim = None  # [2022-23 2024-25]
-    # [engine] False computes attention with the handout's written-out masked softmax, True with
-    # [engine] F.scaled_dot_product_attention (the same function through fused kernels)
+    # [engine] Each False computes as the handout does. fast_attention: F.scaled_dot_product_
+    # [engine] attention, the masked softmax's function through fused kernels; skip_padding: in
+    # [engine] training on a CPU only the positions that can change the loss (fastpath.Packing);
+    # [engine] fast_dropout: nn.Dropout's distribution, drawn faster on a CPU (fastpath.Dropout).
     fast_attention = True  # [engine]
-    # [engine] in training on a CPU, skip the positions that cannot change the loss
-    # [engine] (fastpath.Packing); False computes every position, as the handout does
     skip_padding = True  # [engine]
-    # [engine] dropout's random numbers drawn faster on a CPU, the same distribution
-    # [engine] (fastpath.Dropout); False draws them as nn.Dropout does
     fast_dropout = True  # [engine]
 
     def __init__(self, vocab_size, block_size, **kwargs):
@@ -89,8 +86,7 @@ class Block(nn.Module):
         super().__init__()
         self.ln1 = nn.LayerNorm(config.n_embd)
         self.ln2 = nn.LayerNorm(config.n_embd)
-        # [engine] additive: the emptied 2021-22 starter's stub, which its part g replaces (never
-        # [engine] taken here)
+        # [engine] additive: the empty 2021-22 starter's stub that its part g replaces (not taken)
         if config.synthesizer:  # [2021-22 solved]
             self.attn = attention.SynthesizerAttention(config)
         elif config.additive:  # [2021-22 empty]
@@ -105,10 +101,9 @@ class Block(nn.Module):
         )
 
     #[2021-22 2022-23 2024-25] def forward(self, x):
-    def forward(self, x, **fast):  # [engine]
-        if fast:  # [engine]
-            return fastmodel.block(self, x, **fast)
-        x = x + self.attn(self.ln1(x))
+    def forward(self, x, **fast):  # [engine] packed rows or a decoding cache, for the attention
+        x = x + self.attn(self.ln1(x), **fast)  # [engine]
+        #[2021-22 2022-23 2024-25] x = x + self.attn(self.ln1(x))
         x = x + self.mlp(self.ln2(x))
         return x
 
@@ -246,7 +241,7 @@ class GPT(nn.Module):
 
     #[2021-22 2022-23 2024-25] def forward(self, idx, targets=None):
     def forward(self, idx, targets=None, **fast):  # [engine]
-        if fast and fastmodel.hands_off(self, fast):  # [engine] kept positions; caches; kernel
+        if fast and fastmodel.hands_off(self, idx, targets, fast):  # [engine] packed rows; caches
             return fastmodel.forward(self, idx, targets, **fast)
         b, t = idx.size()
         assert t <= self.block_size, f"Cannot forward, model block size ({t}, {self.block_size}) is exhausted."  # [2024-25]

@@ -764,7 +764,7 @@ def test_a_run_says_once_what_makes_it_other_than_the_handouts(extra, device, en
 # lines of each handout forward, past its hand-off, that every call runs (by their text)
 HANDOUT_LINES = {
     'GPT': ['token_embeddings = self.tok_emb(idx)', 'x = self.blocks(x)', 'logits = self.head(x)'],
-    'Block': ['x = x + self.attn(self.ln1(x))'],
+    'Block': ['x = x + self.mlp(self.ln2(x))'],
     'CausalSelfAttention': ['att = F.softmax(att, dim=-1)'],
     'SynthesizerAttention': ['att = F.softmax(att, dim=-1)'],
     'CausalCrossAttention': ['att = F.softmax(att, dim=-1)'],
@@ -787,8 +787,10 @@ def line_numbers(cls, texts):
 def test_a_plain_training_step_runs_the_handouts_own_bodies(variant, tmp_path, monkeypatch):
     """`run.py finetune ... --plain`: the training steps compute with GPT.forward's,
     Block.forward's and the variant's attention forward's own lines (the perceiver's down and up
-    projections too), not the engine's copies of them; without --plain the engine's run and the
-    handout's GPT and Block bodies do not. Traced with sys.settrace."""
+    projections too), not the engine's copies of them. Without --plain, on a CPU, the engine's
+    copies of GPT's and the attention's take the packed rows their bodies cannot carry, and
+    Block's own body (which can) passes them on: the engine keeps no copy of it. Traced with
+    sys.settrace."""
     import sys as _sys
     import run
     from tiny_run import CORPUS, TRAIN, tsv, FAST
@@ -824,4 +826,37 @@ def test_a_plain_training_step_runs_the_handouts_own_bodies(variant, tmp_path, m
     for name, (_, lines) in wanted.items():
         assert plain[name] == lines, (name, sorted(lines - plain[name]))
     fast = traced()
-    assert not fast['Block'] and not fast['GPT'], fast
+    attention_body = 'SynthesizerAttention' if variant == 'synthesizer' else 'CausalSelfAttention'
+    assert fast['Block'] == wanted['Block'][1] and not fast['GPT'] and \
+        not fast[attention_body], fast
+
+
+@pytest.mark.parametrize('variant', ['vanilla', 'perceiver'])
+def test_whole_rows_through_the_fused_kernel_run_the_handouts_bodies(variant):
+    """A model computing the fast way (fast_attention), given whole rows (a GPU's unpacked step,
+    a bare model(x)), computes with the handout's GPT, Block and attention bodies, the fused
+    kernel a branch of the attention's: no engine copy of them runs. Traced with sys.settrace."""
+    import sys as _sys
+    from engine import fastmodel
+    conf = model.config_for(variant, 30, 40, bottleneck_dim=8, n_layer=2, n_head=4, n_embd=32)
+    gpt = model.GPT(conf)
+    gpt.skip_padding = False  # (a CPU packs a training step's rows; a GPU unpacked keeps them)
+    assert conf.fast_attention
+    ran = set()
+
+    def tracer(frame, event, arg):
+        if event == 'call':
+            ran.add(frame.f_code)
+        return None
+    x = torch.randint(2, 30, (3, 40))
+    _sys.settrace(tracer)
+    try:
+        logits, loss = gpt(x, x, loss_only=True, packed=None)
+    finally:
+        _sys.settrace(None)
+    names = {(c.co_filename, c.co_name) for c in ran}
+    assert (attention.__file__, 'forward') in names and (model.__file__, 'forward') in names
+    assert (fastmodel.__file__, 'kernel') in names
+    assert not {n for f, n in names if f == fastmodel.__file__} & {
+        'forward', 'transformer', 'attend', 'down_project', 'up_project'}, names
+    assert logits.shape == (3, 40, 30) and loss is not None

@@ -9,7 +9,7 @@ named points. Nothing here is the handout's; each module says what it holds in i
   inputs, paths, datafiles   the files a command reads and may write, checked before any work
   cpu_recipe   the CPU recipes' data and model (presets cpu-20min, cpu-45min, cpu-rehearsal)
   loop         the training loop Trainer.train runs by default: the starter's steps, faster
-  fastmodel    the layers' and the model's forward over packed rows, caches, fused kernels
+  fastmodel    the fused kernel's branch; the forward over packed rows and decoding caches
   plan         the machine measured once, before training: the run's plan
   extras       what attaches to the trainer's named points, in order
   budget, checkpoint, cpu_load, cpu_paths, progress   those extras: time budget, resume,

@@ -1,13 +1,12 @@
 """Engine (free to change): the model's forward without the handout's needless work.
 
-The same layers' function over packed rows (training: only the positions that can change the
-loss), over decoding caches (each step computes its new position only), and through PyTorch's
-fused attention kernel.
-
-The handout files (attention.py, model.py) keep their own forward as the readable default and
-hand a call here on one marked line, passing themselves: this module reads their parameters and
-submodules by the handout's names and imports none of them. Every path is tested against the
-handout's math (tests/test_fast_paths.py).
+The handout files (attention.py, model.py) compute with their own forward wherever a batch of
+whole rows is computed, with PyTorch's fused attention kernel as a branch beside the written-out
+math (`kernel`). They hand a call here, on one marked line, only for what their shapes cannot
+carry: packed rows (training: only the positions that can change the loss, as (N, C) rows) and
+decoding caches (each step computes its new positions only). They pass themselves: this module
+reads their parameters and submodules by the handout's names and imports none of them. Every
+path is tested against the handout's math (tests/test_fast_paths.py).
 """
 import math
 
@@ -67,6 +66,27 @@ def rotary(layer, rotate, x, positions):
     return rotate(x, layer.rope_cache[positions][:, None])
 
 
+def kernel(layer, q, k, v, causal=True, mask=None, packing=None):
+    """What a layer with `flash` computes in place of the handout's masked softmax over the heads
+    q (B, nh, Tq, hs), k and v (B', nh, Tk, hs), a batch of 1 broadcast: F.scaled_dot_product_
+    attention, the same function through a fused kernel; in training on a CPU (cpu_math) the
+    written-out math, in fewer passes where the mask is the causal one. `causal`: the handout's
+    top-left-aligned tril (is_causal's, for Tq != Tk too), else `mask`; by_spans: a packed step's
+    groups of rows each over their own columns (--pack_groups)."""
+    B = max(k.size(0), q.size(0))
+    k, q, v = k.expand(B, -1, -1, -1), q.expand(B, -1, -1, -1), v.expand(B, -1, -1, -1)
+    if not cpu_math(layer, v.device):
+        return by_spans(lambda q, k, v: F.scaled_dot_product_attention(
+            q, k, v, attn_mask=None if causal else mask.bool(), is_causal=causal,
+            dropout_p=layer.attn_drop.p if layer.attn_drop.training else 0.0),
+            q, k, v, packing if causal else None)
+    if causal:
+        return causal_math(q, k, v, layer.attn_drop)
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+    return softmax_attention(att, mask, layer.attn_drop, v)
+
+
+# (a copy of the attention layers' forward: packed (N, C) rows and cached keys are not their shapes)
 def attend(layer, x_kv, x_q, *, rotate=None, packing=None, cache=None, positions=None,
            kv_positions=None, q_positions=None):
     """A self- or cross-attention layer's forward: keys and values from x_kv, queries from x_q
@@ -88,15 +108,8 @@ def attend(layer, x_kv, x_q, *, rotate=None, packing=None, cache=None, positions
         k, v = cache.write(k, v, kv_positions)
     causal = q_positions is None  # positions 0..T-1 in every row: the mask's top-left slice
     mask = layer.mask[:, :, :q.size(2), :k.size(2)] if causal else visible(q_positions, k.size(2))
-    if layer.flash and not cpu_math(layer, v.device):
-        # is_causal is the top-left-aligned tril for Tq != Tk too, as the mask's slice is;
-        # by_spans: a packed step's groups of rows each over their own columns (--pack_groups)
-        y = by_spans(lambda q, k, v: F.scaled_dot_product_attention(
-            q, k, v, attn_mask=None if causal else mask.bool(), is_causal=causal,
-            dropout_p=layer.attn_drop.p if layer.attn_drop.training else 0.0),
-            q, k, v, packing if causal else None)
-    elif layer.flash and causal:
-        y = causal_math(q, k, v, layer.attn_drop)  # the math below in fewer passes
+    if layer.flash:
+        y = kernel(layer, q, k, v, causal, mask, packing)
     else:
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
         y = softmax_attention(att, mask, layer.attn_drop, v)
@@ -104,6 +117,7 @@ def attend(layer, x_kv, x_q, *, rotate=None, packing=None, cache=None, positions
     return layer.resid_drop(layer.proj(y))
 
 
+# (a copy of the synthesizer's forward, for packed rows and a cache of values)
 def synthesize(layer, x, *, packing=None, cache=None, positions=None):
     """The synthesizer's forward (eq. 11) over packed rows or a decoding cache (of values: it has
     no keys)."""
@@ -139,22 +153,31 @@ def model_paths(model, config):
                 setattr(module, name, Dropout(child.p, config))
 
 
-def hands_off(model, fast):
+def hands_off(model, idx, targets, fast):
     """Whether GPT.forward gives a call with the engine's keywords `fast` to forward() below:
-    where they ask for what the handout's body cannot carry (packed rows, decoding caches or
-    positions) or the model computes the fast way (the fused kernel, positions skipped). A model
-    that computes as the handout does (--plain) runs the handout's own body, the trainer's
-    keywords (loss_only, packed=None) then asking nothing of it."""
-    return bool(model.flash or model.skip_padding or fast.get('packed') is not None
-                or fast.get('caches') is not None or fast.get('positions') is not None)
+    where they ask for what the handout's body cannot carry: packed rows (the trainer's steps
+    on a CPU, or where it counted the positions that can change the loss), decoding caches or
+    positions. A model that computes as the handout does (--plain) never packs its rows, so the
+    trainer's keywords (loss_only, packed=None) then ask nothing of it; the fused kernel is a
+    branch of the handout's attention bodies."""
+    return bool(fast.get('packed') is not None or fast.get('caches') is not None
+                or fast.get('positions') is not None or packs(model, idx, targets, fast))
 
 
-def block(layer, x, *, packing=None, cache=None, positions=None):
-    """A Block's forward over packed rows or with a decoding cache."""
-    x = x + layer.attn(layer.ln1(x), packing=packing, cache=cache, positions=positions)
-    return x + layer.mlp(layer.ln2(x))
+def packs(model, idx, targets, fast):
+    """Whether a trainer's step is computed on the positions that can change its loss only."""
+    return bool(fast.get('loss_only') and targets is not None and model.training
+                and model.skip_padding and (fast.get('packed') is not None
+                                            or idx.device.type == 'cpu'))
 
 
+def passed(**kwargs):
+    """The engine's keywords a call passes on: those set (a layer given none computes with its
+    handout body)."""
+    return {k: v for k, v in kwargs.items() if v is not None}
+
+
+# (a copy of DownProjectBlock's forward: packed rows, and a decoding step's slots)
 def down_project(layer, x_input, *, packing=None, cache=None, positions=None, slots=None):
     """The perceiver's DownProjectBlock; decoding steps: x_input holds the new input columns at
     `positions`, and only the bottleneck slots `slots` (B, S) are computed (see transformer)."""
@@ -170,6 +193,7 @@ def down_project(layer, x_input, *, packing=None, cache=None, positions=None, sl
     return x + layer.mlp(layer.ln2(x))
 
 
+# (a copy of UpProjectBlock's forward: packed rows, and a decoding step's slots)
 def up_project(layer, y, x_input, *, packing=None, cache=None, positions=None, slots=None):
     """The perceiver's UpProjectBlock over packed rows or with a decoding cache."""
     x = x_input + layer.attn(layer.ln1(y), x_input, packing=packing, cache=cache,
@@ -177,6 +201,7 @@ def up_project(layer, y, x_input, *, packing=None, cache=None, positions=None, s
     return x + layer.mlp(layer.ln2(x))
 
 
+# (a copy of GPT.forward: packed rows and decoding caches, through transformer below)
 def forward(model, idx, targets=None, caches=None, positions=None, loss_only=False, packed=None):
     """GPT.forward with the engine's bookkeeping: idx (B, T) -> (logits, loss).
 
@@ -185,8 +210,7 @@ def forward(model, idx, targets=None, caches=None, positions=None, loss_only=Fal
     (`packed`: see packed_loss), and the logits, not computed everywhere, are None.
     Decoding (decode.py): `caches` (new_caches) store the keys and values of the positions seen;
     with `positions` (B, T), idx holds only the new tokens, at those positions."""
-    if loss_only and targets is not None and model.training and model.skip_padding \
-            and (packed is not None or idx.device.type == 'cpu'):
+    if packs(model, idx, targets, dict(loss_only=loss_only, packed=packed)):
         return None, packed_loss(model, idx, targets, packed)
     if positions is None:
         assert idx.size(1) <= model.block_size, "Cannot forward, model block size is exhausted."
@@ -221,9 +245,9 @@ def transformer(model, idx, positions=None, packing=None, caches=None):
 
     if not model.perceiver:
         x = x_input
-        for i, layer in enumerate(model.blocks):
-            x = layer(x, packing=packing, cache=None if caches is None else caches[i],
-                      positions=positions)
+        for i, layer in enumerate(model.blocks):  # (Block's own forward, which passes them on)
+            x = layer(x, **passed(packing=packing, cache=None if caches is None else caches[i],
+                                  positions=positions))
         return x
     down_cache, block_caches, up_cache = (None, [None] * len(model.blocks), None) \
         if caches is None else (caches[0], caches[1:-1], caches[-1])
@@ -236,12 +260,12 @@ def transformer(model, idx, positions=None, packing=None, caches=None):
         # used); a step computes one slot per row: its new position, capped at m - 1 (slot
         # m - 1 then comes out as stored: it only sees inputs 0..m-1).
         slots = positions.clamp(max=model.bottleneck_dim - 1)
-    x = model.down_block(x_input, packing=packing, cache=down_cache, positions=positions,
-                         slots=slots)
-    for layer, cache in zip(model.blocks, block_caches):
-        x = layer(x, cache=cache, positions=slots)  # never packed: m slots in every row
-    return model.up_block(x, x_input, packing=packing, cache=up_cache, positions=positions,
-                          slots=slots)
+    x = model.down_block(x_input, **passed(packing=packing, cache=down_cache,
+                                           positions=positions, slots=slots))
+    for layer, cache in zip(model.blocks, block_caches):  # never packed: m slots in every row
+        x = layer(x, **passed(cache=cache, positions=slots))
+    return model.up_block(x, x_input, **passed(packing=packing, cache=up_cache,
+                                               positions=positions, slots=slots))
 
 
 def packed_loss(model, idx, targets, packed=None):

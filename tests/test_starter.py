@@ -267,29 +267,31 @@ def test_the_2022_23_blocks_keep_their_hints_and_its_london_baseline_is_comments
         assert "['London'] * len(questions)" in solved
 
 
-def test_the_solved_2024_25_run_py_evaluates_as_the_project_does(tmp_path):
-    """The solved 2024-25 starter, as the command writes it (no engine beside it: its own
-    model, its one-question evaluation loop), answers the questions as the project's run.py
-    does, line for line, from params the project trained."""
+@pytest.mark.parametrize('edition,variant', [('2024-25', 'rope'), ('2022-23', 'perceiver'),
+                                             ('2021-22', 'synthesizer')])
+def test_each_solved_starter_evaluates_as_the_project_does(tmp_path, edition, variant):
+    """The solved starter, as the command writes it (no engine beside it: its own model, its
+    one-question evaluation loop), answers the questions as the project's run.py does, line for
+    line, from params the project trained (2021-22: the synthesizer part g adds)."""
     from tiny_run import CORPUS, DEV, TRAIN, tsv
     (tmp_path / 'wiki.txt').write_text(CORPUS, encoding='utf-8')
     (tmp_path / 'dev.tsv').write_text(tsv(DEV), encoding='utf-8')
     (tmp_path / 'train.tsv').write_text(tsv(TRAIN), encoding='utf-8')
-    env = dict(os.environ, PYTHONIOENCODING='utf-8', CS224N_EDITION='2024-25')
+    env = dict(os.environ, PYTHONIOENCODING='utf-8',
+               CS224N_EDITION='2024-25' if edition == '2024-25' else '2021-23')
     fast = ['--max_epochs', '1', '--batch_size', '8', '--device', 'cpu', '--precision', 'fp32']
     project = [sys.executable, os.path.join(REPO, 'src', 'run.py')]
-    for argv in (['pretrain', 'rope', 'wiki.txt', '--writing_params_path', 'pt.params'],
-                 ['finetune', 'rope', 'wiki.txt', '--reading_params_path', 'pt.params',
-                  '--writing_params_path', 'ft.params', '--finetune_corpus_path', 'train.tsv'],
-                 ['evaluate', 'rope', 'wiki.txt', '--reading_params_path', 'ft.params',
+    for argv in (['finetune', variant, 'wiki.txt', '--writing_params_path', 'ft.params',
+                  '--finetune_corpus_path', 'train.tsv'],
+                 ['evaluate', variant, 'wiki.txt', '--reading_params_path', 'ft.params',
                   '--eval_corpus_path', 'dev.tsv', '--outputs_path', 'ours.predictions']):
         proc = subprocess.run(project + argv + fast, cwd=tmp_path, env=env, capture_output=True,
                               text=True, encoding='utf-8', timeout=300)
         assert proc.returncode == 0, proc.stderr[-2000:]
     solved = tmp_path / 'solved'
-    starter.write(starter.starter_files('2024-25', solved=True), str(solved))
+    starter.write(starter.starter_files(edition, solved=True), str(solved))
     assert not (solved / 'src' / 'engine').exists()
-    proc = subprocess.run([sys.executable, str(solved / 'src' / 'run.py'), 'evaluate', 'rope',
+    proc = subprocess.run([sys.executable, str(solved / 'src' / 'run.py'), 'evaluate', variant,
                            'wiki.txt', '--reading_params_path', 'ft.params', '--eval_corpus_path',
                            'dev.tsv', '--outputs_path', 'starter.predictions'], cwd=tmp_path,
                           env=env, capture_output=True, text=True, encoding='utf-8', timeout=300)

@@ -17,6 +17,7 @@
 """
 
 import functools
+import math
 
 import pytest
 import torch
@@ -634,15 +635,17 @@ def test_packed_training_matches_the_plain_loop(data, name, device, monkeypatch,
         assert all(len(s[1]) == 3 for s in sizes) and any(t < 96 for s in sizes for _, t in s[1])
 
 
-def checked_args(extra, monkeypatch, tmp_path, device='cuda', world_size='1'):
+def checked_args(extra, monkeypatch, tmp_path, device='cuda', world_size='1', bf16=True):
     """run.py's arguments after command.check_args, as if on `device` (a stand-in: the choice of
-    defaults only asks which device there is) in a run of `world_size` processes."""
+    defaults only asks which device there is, and whether it has bf16) in a run of `world_size`
+    processes."""
     import run
     from engine import command, devices
     from tiny_run import CORPUS
     (tmp_path / 'wiki.txt').write_text(CORPUS, encoding='utf-8')
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(devices, 'pick_device', lambda name, variant=None: device)
+    monkeypatch.setattr(devices, 'bf16_supported', lambda name: bf16)
     monkeypatch.setenv('WORLD_SIZE', world_size)
     args = run.parse_args(['pretrain', 'vanilla', 'wiki.txt', '--writing_params_path', 'x.params']
                           + extra)
@@ -860,3 +863,82 @@ def test_whole_rows_through_the_fused_kernel_run_the_handouts_bodies(variant):
     assert not {n for f, n in names if f == fastmodel.__file__} & {
         'forward', 'transformer', 'attend', 'down_project', 'up_project'}, names
     assert logits.shape == (3, 40, 30) and loss is not None
+
+
+# ---- fp16: a GPU without bf16 (a T4, a V100), its code path run on the CPU --------------------
+
+def one_batch(pre, size=6):
+    return batches.collate(pre, range(size), seed=0)
+
+
+def test_fp16_steps_unscale_before_clipping_and_skip_an_overflow(data):
+    """--precision fp16: autocast to float16, the loss scaled (torch.amp.GradScaler) so that
+    small gradients survive, and unscaled before the handout's clipping: the step's gradients
+    are fp32's to fp16's rounding. A scale that overflows skips the step and halves the scale."""
+    from engine import devices, loop
+    pre, _ = data
+    x, y = one_batch(pre)
+    conf = trainer.TrainerConfig(max_epochs=1, batch_size=6, learning_rate=3e-3)
+    grads = {}
+    for precision in ('fp32', 'fp16'):
+        utils.set_seed(5)
+        gpt = tiny(pre.vocab_size, {}, dropout=0.0)
+        cast = devices.autocast('cpu', precision)
+        assert (cast.scaler is not None) == (precision == 'fp16')
+        if cast.scaler is not None:
+            cast.scaler = torch.amp.GradScaler('cpu', init_scale=2.0 ** 8)
+        optimizer = loop.make_optimizer(gpt, conf, conf.learning_rate)
+        loop.train_step(gpt, optimizer, cast, x, y, conf, torch.device('cpu'))
+        grads[precision] = torch.cat([p.grad.flatten() for p in gpt.parameters()])
+    cosine = F.cosine_similarity(grads['fp16'], grads['fp32'], dim=0)
+    ratio = grads['fp16'].norm() / grads['fp32'].norm()
+    assert cosine > 0.999 and abs(ratio - 1) < 0.01, (cosine, ratio)  # unscaled: not 256x
+
+    before = [p.detach().clone() for p in gpt.parameters()]
+    cast.scaler = torch.amp.GradScaler('cpu', init_scale=2.0 ** 40)  # overflows in float16
+    loop.train_step(gpt, optimizer, cast, x, y, conf, torch.device('cpu'))
+    assert all(torch.equal(a, b) for a, b in zip(before, gpt.parameters()))
+    assert cast.scaler.get_scale() == 2.0 ** 39
+
+
+def test_fp16_training_runs_the_loop_and_its_checkpoint_keeps_the_scale(data, tmp_path):
+    """A whole fp16 run through the Trainer: finite losses that fall, and the checkpoint holds
+    the loss scaler's state (a resumed run goes on at the scale reached)."""
+    pre, _ = data
+    utils.set_seed(5)
+    gpt = tiny(pre.vocab_size, {}, dropout=0.0)
+    log = LossLog()
+    conf = trainer.TrainerConfig(max_epochs=2, batch_size=6, learning_rate=3e-3,
+                                 precision='fp16', writer=log,
+                                 resume_path=str(tmp_path / 'x.ckpt'), checkpoint_every=1)
+    trainer.Trainer(gpt, pre, None, conf).train()
+    losses = log.values
+    assert all(math.isfinite(v) for v in losses) and losses[-1] < losses[0], losses
+    state = torch.load(tmp_path / 'x.ckpt', weights_only=True)
+    assert state['scaler'] and state['scaler']['scale'] > 0
+
+
+def test_fp16_is_the_default_on_a_gpu_without_bf16_and_refuses_cuda_graphs(monkeypatch, tmp_path):
+    """Training on a GPU without bf16, precision auto takes fp16 (evaluation stays fp32: its
+    predictions are the handout's), the compile default is eager steps (fp16's loss scaler reads
+    back each step), the settings line says so; --compile graphs with fp16 is one error."""
+    from engine import command, common, devices
+    # a T4 (compute capability 7.5): torch counts its slow emulation of bf16 unless told not to
+    monkeypatch.setattr(torch.cuda, 'is_bf16_supported',
+                        lambda including_emulation=True: including_emulation)
+    assert not devices.bf16_supported('cuda') and devices.lacks_bf16('cuda')
+    monkeypatch.setattr(devices, 'bf16_supported', lambda device: False)
+    assert devices.pick_precision('auto', 'cuda', training=True) == 'fp16'
+    assert devices.pick_precision('auto', 'cuda', training=False) == 'fp32'
+    assert devices.pick_precision('auto', 'cpu', training=True, measure=False) == 'fp32'
+    args = checked_args([], monkeypatch, tmp_path, bf16=False)
+    command.finish()  # (its output claimed: the next check claims it again)
+    assert args.compile is False
+    assert '--precision fp16, the default on a GPU without bf16' in \
+        command.settings_line(args, 'cuda', environ={})
+    with pytest.raises(common.UsageError, match='--compile graphs cannot record'):
+        checked_args(['--compile', 'graphs', '--precision', 'fp16'], monkeypatch, tmp_path)
+    command.finish()
+    args = checked_args([], monkeypatch, tmp_path)  # (a GPU with bf16)
+    assert args.compile == 'graphs' and 'fp16' not in command.settings_line(args, 'cuda', {})
+    command.finish()

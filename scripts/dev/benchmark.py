@@ -260,7 +260,7 @@ def main():
                     help='also measure the fast path under torch.compile (another column); '
                          'reduce-overhead: with CUDA graphs on a GPU; graphs (a GPU\'s): the '
                          'whole step recorded, nothing compiled (run.py --compile\'s modes)')
-    ap.add_argument('--precision', choices=('auto', 'fp32', 'tf32', 'bf16'), default='auto',
+    ap.add_argument('--precision', choices=('auto', 'fp32', 'tf32', 'bf16', 'fp16'), default='auto',
                     help='the fast and compiled columns\' arithmetic (run.py --precision; the '
                          'plain column is the handout\'s fp32)')
     ap.add_argument('--pack_multiple', type=int, default=0, metavar='N',

@@ -20,13 +20,17 @@
 #                                         # side (--side_by_side 7: every model at once, the
 #                                         # perceiver at 6e-4 and at its starter's 6e-3), in the
 #                                         # GPU default fp32 and the flags given (<= 9.5 min)
+#   bash scripts/dev/gpu_speed.sh 5 SHA   # #77: run_all's vanilla, whole, in fp16 (autocast,
+#                                         # loss scaling) then fp32, both eager (fp16 cannot be
+#                                         # recorded) and packed: dev accuracy, stage times and
+#                                         # each run's loss log side by side (<= 9.5 min)
 # SHA: the commit of the tree sent (a copied tree's .git may be stale). Writes
 # $OUT/callN.txt (what it printed) and $OUT/callN.tgz (logs, reports, predictions; no params),
 # also when a timeout stops a step. Work in runs/gpu_speed/.
 set -u
 cd "$(dirname "$0")/../.."  # the repository root: the paths below are its
-call=${1:?call 1, 2, 3 or 4}; export A5_COMMIT=${2:?the commit of the tree} PYTHONUNBUFFERED=1
-case $call in 1|2|3|4) ;; *) echo "error: the call is 1, 2, 3 or 4, not '$call'" >&2; exit 2 ;; esac
+call=${1:?call 1, 2, 3, 4 or 5}; export A5_COMMIT=${2:?the commit of the tree} PYTHONUNBUFFERED=1
+case $call in 1|2|3|4|5) ;; *) echo "error: the call is 1, 2, 3, 4 or 5, not '$call'" >&2; exit 2 ;; esac
 py=${PYTHON:-python3}  # a GPU machine's python3 with CUDA torch
 "$py" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 2)' 2>/dev/null ||
   { echo "error: $py's torch sees no GPU (gpu_speed.sh measures on a GPU machine)" >&2; exit 2; }
@@ -72,5 +76,14 @@ elif [ "$call" = 4 ]; then
     --device cuda "$@" > "$work/side.stdout.log" 2>&1
   echo "rc $?" >> "$work/side.stdout.log"
   grep -a "^| \|wall time" "$work/side/report.md" | tee -a "$summary"
+elif [ "$call" = 5 ]; then
+  for p in fp16:300 fp32:260; do
+    s=${p#*:}; p=${p%:*}
+    say "run_all vanilla --precision $p --compile none --pack_multiple 512 (at most $s s)"
+    timeout $s "$py" scripts/run_all.py --preset handout --models vanilla --out "$work/$p" -- \
+      --device cuda --precision $p --compile none --pack_multiple 512 \
+      > "$work/$p.stdout.log" 2>&1
+    echo "rc $?" >> "$work/$p.stdout.log"; grep -a "^| vanilla" "$work/$p/report.md" | tee -a "$summary"
+  done
 fi
 say end

@@ -95,14 +95,17 @@ def add_engine_flags(argp):
     extra.add_argument('--device', choices=('auto', 'cpu', 'cuda', 'mps'), default='auto',
                        help='auto: a CUDA GPU where there is one, else Apple\'s MPS for the vanilla '
                             'model (as the 2024-25 starter; untested on Apple hardware), else the CPU')
-    extra.add_argument('--precision', choices=('auto', 'fp32', 'tf32', 'bf16'), default='auto',
+    extra.add_argument('--precision', choices=('auto', 'fp32', 'tf32', 'bf16', 'fp16'),
+                       default='auto',
                        help='auto: the handout\'s fp32, except that training a CPU recipe '
                             '(cpu-20min, cpu-45min, cpu-rehearsal) on a CPU measures which is '
                             'faster on this machine (fp32, or bf16 autocast where the CPU has bf16 '
-                            'arithmetic; and the attention path) and remembers it; on a GPU fp32. '
+                            'arithmetic; and the attention path) and remembers it; training on a '
+                            'GPU without bf16 (a T4, a V100) fp16; on other GPUs fp32. '
                             'tf32 (a GPU\'s): fp32 with the matrix products on tensor cores. '
                             'bf16: autocast, on a GPU with the flash attention kernel (the '
-                            'others stalled there)')
+                            'others stalled there). fp16: autocast to float16 with loss scaling '
+                            '(torch.amp.GradScaler), the same kernels; not with --compile graphs')
     extra.add_argument('--compile', nargs='?', const='default', default='auto',
                        choices=('auto', 'none', 'default', 'reduce-overhead', 'graphs'),
                        help='auto (default): graphs when training on one GPU (one process, not '
@@ -182,8 +185,16 @@ def check_args(args):
     where = devices.pick_device(args.device, args.variant)
     on_cpu = where != 'cuda'  # (what follows is a CUDA GPU's: graphs, tf32, packing)
     one_process = int(os.environ.get('WORLD_SIZE', '1')) == 1
+    # fp16's loss scaler reads back whether a gradient overflowed: no whole-step CUDA graph
+    fp16 = args.precision == 'fp16' or (args.precision == 'auto' and args.function != 'evaluate'
+                                        and not on_cpu and devices.lacks_bf16(where))
+    if args.compile == 'graphs' and fp16:
+        raise UsageError('--compile graphs cannot record a step with fp16\'s loss scaling (it '
+                         'reads back whether a gradient overflowed): --compile none, or '
+                         '--precision fp32/bf16')
     if args.compile == 'auto':  # what measured fastest on a GPU (docs/gpu.md)
-        args.compile = 'graphs' if not on_cpu and one_process and not args.plain else 'none'
+        args.compile = 'graphs' if not on_cpu and one_process and not args.plain and not fp16 \
+            else 'none'
     if args.precision == 'tf32' and on_cpu:
         raise UsageError('--precision tf32 is a CUDA GPU\'s arithmetic (fp32 matrix products on '
                          'NVIDIA tensor cores); on a CPU use fp32 or bf16')
@@ -400,6 +411,9 @@ def settings_line(args, device_type, environ=os.environ):
         if defaults:
             parts.append(f'a GPU\'s defaults {" ".join(defaults)} (the same function, other '
                          'dropout draws than eager steps: --compile none --pack_multiple 0)')
+        if 'precision' not in typed and args.precision == 'auto' and devices.lacks_bf16('cuda'):
+            parts.append('--precision fp16, the default on a GPU without bf16 (autocast with '
+                         'loss scaling; --precision fp32 computes as the handout does)')
     parts += [f'${name}={environ[name]}' for name in NUMBERS_ENV if environ.get(name)]
     return 'settings: ' + '; '.join(parts) if parts else None
 

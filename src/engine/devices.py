@@ -38,51 +38,69 @@ def cpu_has_bf16():
 def bf16_supported(device):
     """Whether `device` ('cpu', 'cuda', 'cuda:1', a torch.device) computes in bf16 natively."""
     if torch.device(device).type == 'cuda':
-        return torch.cuda.is_bf16_supported()
+        try:  # natively: torch also counts a T4's or a V100's slow emulation of bf16
+            return torch.cuda.is_bf16_supported(including_emulation=False)
+        except TypeError:  # (torch before 2.3: no emulation counted)
+            return torch.cuda.is_bf16_supported()
     return cpu_has_bf16()
+
+
+def lacks_bf16(device):
+    """Whether `device` is a CUDA GPU without bf16 (a T4, a V100): fp16 is its fast arithmetic."""
+    return torch.device(device).type == 'cuda' and not bf16_supported(device)
 
 
 def pick_precision(name, device, training, measure=True):
     """auto: in training on a CPU, where `measure` (a preset that adapts to the machine), the
-    run's plan measures which is faster here (plan.py); otherwise fp32, the handout's
-    arithmetic. An explicit 'fp32', 'tf32' or 'bf16' stays."""
+    run's plan measures which is faster here (plan.py); in training on a GPU without bf16,
+    fp16 (its tensor cores' arithmetic; fp32 there is several times slower); otherwise fp32, the
+    handout's arithmetic. An explicit 'fp32', 'tf32', 'bf16' or 'fp16' stays."""
     if name != 'auto':
         return name
     if training and measure and torch.device(device).type == 'cpu':
         return 'auto'
+    if training and lacks_bf16(device):
+        return 'fp16'
     # Not bf16 on a GPU, though recorded steps take half the time there: the handout computes
     # in fp32, and bf16 learned as fp32 did only with one attention kernel (see autocast).
     return 'fp32'
 
 
+HALF = {'bf16': torch.bfloat16, 'fp16': torch.float16}  # the precisions autocast computes in
+
+
 class autocast:
-    """The arithmetic of a step (a reusable context): bf16 autocast for precision 'bf16', and on a
-    GPU two choices torch leaves global, set for the step and put back after it: 'tf32' lets the
-    fp32 matrix products use the tensor cores (TF32, 10 bits of mantissa), and under 'bf16'
-    attention takes the flash kernel (the written-out math where flash cannot serve), since
-    cuDNN's kernel, torch's default choice for bf16 on recent GPUs, and the memory-efficient one
-    stopped learning with the handout's attention dropout while flash and the math followed fp32
-    (docs/gpu.md)."""
+    """The arithmetic of a step (a reusable context): autocast to bf16 or fp16 for those
+    precisions, and on a GPU two choices torch leaves global, set for the step and put back
+    after it: 'tf32' lets the fp32 matrix products use the tensor cores (TF32, 10 bits of
+    mantissa), and under bf16 or fp16 attention takes the flash kernel (the written-out math
+    where flash cannot serve), since cuDNN's kernel, torch's default choice for bf16 on recent
+    GPUs, and the memory-efficient one stopped learning with the handout's attention dropout
+    while flash and the math followed fp32 (docs/gpu.md; fp16 takes the same kernels, not yet
+    measured over a whole run). `scaler`: fp16's loss scaling (torch.amp.GradScaler: its
+    gradients would underflow unscaled), which the training step applies; None otherwise."""
 
     def __init__(self, device, precision):
         self.gpu = torch.device(device).type == 'cuda'
         self.precision = precision
-        self.cast = torch.autocast(torch.device(device).type, dtype=torch.bfloat16,
-                                   enabled=precision == 'bf16')
+        self.cast = torch.autocast(torch.device(device).type, dtype=HALF.get(precision),
+                                   enabled=precision in HALF)
+        self.scaler = torch.amp.GradScaler(torch.device(device).type) \
+            if precision == 'fp16' else None
 
     def __enter__(self):
         self.cast.__enter__()
         if self.gpu and self.precision == 'tf32':
             self.tf32_before = torch.backends.cuda.matmul.allow_tf32
             torch.backends.cuda.matmul.allow_tf32 = True
-        if self.gpu and self.precision == 'bf16':
+        if self.gpu and self.precision in HALF:
             from torch.nn.attention import SDPBackend, sdpa_kernel
             self.kernels = sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.MATH])
             self.kernels.__enter__()
         return self
 
     def __exit__(self, *exc):
-        if self.gpu and self.precision == 'bf16':
+        if self.gpu and self.precision in HALF:
             self.kernels.__exit__(*exc)
         if self.gpu and self.precision == 'tf32':
             torch.backends.cuda.matmul.allow_tf32 = self.tf32_before

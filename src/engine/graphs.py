@@ -31,6 +31,8 @@ WIDTH = 32  # columns are padded to a multiple of this: at most block_size / WID
 
 def steps(config, step):
     """The trainer's step: `step` (train_step), or its replays under --compile graphs."""
+    if config.compile == 'graphs' and config.precision == 'fp16':  # (run.py refuses it first)
+        raise ValueError('--compile graphs cannot record fp16\'s loss-scaled step')
     return CapturedSteps(step) if config.compile == 'graphs' else step
 
 

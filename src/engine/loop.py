@@ -33,7 +33,8 @@ class Settings:
     # 'matmul' rule and a shuffle, with which they were tuned. cpu_workers: DataLoader worker
     # processes on a CPU too (they take its cores)
     engine, decay_rule, shuffle, cpu_workers = True, 'names', False, 0
-    # how the steps run: the device, 'fp32', 'tf32' (a GPU's), 'bf16' (autocast) or 'auto'
+    # how the steps run: the device, 'fp32', 'tf32' (a GPU's), 'bf16' or 'fp16' (autocast; fp16
+    # with loss scaling) or 'auto'
     # (measured: plan.py, remembered in path_cache), compiled or not, trimmed lengths rounded up
     # to pad_multiple (fewer shapes), a GPU's packed positions (fastpath.layout), the losses read
     # back every log_every steps (a GPU sync; tensorboard still gets every step)
@@ -91,9 +92,17 @@ def train_step(model, optimizer, autocast, x, y, config, device):
     if weight is not None:
         loss = loss * weight
     model.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_norm_clip)
-    optimizer.step()
+    scaler = autocast.scaler  # fp16's loss scaling, else None: the starter's three lines
+    if scaler is None:
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_norm_clip)
+        optimizer.step()
+    else:
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)  # the clipping sees the true gradients
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_norm_clip)
+        scaler.step(optimizer)  # skipped where a gradient overflowed
+        scaler.update()
 
     loss = loss.detach()
     if weight is not None:
@@ -123,6 +132,7 @@ class Run:
         self.callbacks = extras.for_run(self)
         # set when training starts (train): the run's schedule, optimizer, batches and log
         self.schedule = self.precision = self.optimizer = self.generator = None
+        self.scaler = None  # fp16's loss scaler (devices.autocast), kept in the checkpoint
         self.batches = self.progress = self.wrapped = None
         self.steps_per_epoch = self.epochs_trained = self.start_epoch = self.start_it = 0
         self.epoch_start_state = None
@@ -163,9 +173,10 @@ def train(run):
     one_step = graphs.steps(config, train_step)  # train_step, or its CUDA-graph replays
     run.progress = Progress(config.log_every, config.writer if run.rank == 0 else None,
                                 disable=run.rank != 0, lag=run.device.type == 'cuda')
+    autocast = autocast_for(run.device, run.precision)
+    run.scaler = autocast.scaler
     try:
         call(run, 'on_train_start')  # the plan's threads and epochs; resume
-        autocast = autocast_for(run.device, run.precision)
         run.progress.start(run.steps_per_epoch * run.schedule.max_epochs,
                                run.step, run.tokens)
 

@@ -38,7 +38,7 @@ LOAD_SECONDS = 1.0  # the first steps run at least this long: the window the loa
 
 @dataclasses.dataclass
 class Plan:
-    precision: str  # 'fp32', 'tf32' (a GPU's) or 'bf16' (autocast)
+    precision: str  # 'fp32', 'tf32' (a GPU's), 'bf16' or 'fp16' (autocast)
     kernel: Optional[bool] = None  # the CPU attention path set on the model (None: its own)
     how: Optional[str] = None  # how 'auto' chose the precision and path, where it did
     threads: Optional[int] = None  # torch's threads to start training on (None: as they are)

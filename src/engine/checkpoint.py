@@ -144,7 +144,7 @@ class Resumable:
             'generator': generator_state, 'random': randoms,
             'batch_size': config.batch_size, **run.schedule.state_dict(),
             'plan': run.plan.record(),  # (a resumed run goes on with it: plan.make)
-            'scaler': None if run.scaler is None else run.scaler.state_dict(),
+            'scaler': run.scaler.state_dict(),  # ({} unless fp16's)
             'spent': spent(run),
         }
         atomic_write(config.resume_path, lambda tmp: torch.save(state, tmp))
@@ -171,7 +171,7 @@ class Resumable:
             raise UsageError(f'--resume: {path} was written with batch size {state["batch_size"]}, '
                              f'this run has {config.batch_size}')
         run.optimizer.load_state_dict(state['optimizer'])
-        if run.scaler is not None and state.get('scaler'):  # (fp16: the loss scale it reached)
+        if state.get('scaler'):  # (fp16: the loss scale it reached)
             run.scaler.load_state_dict(state['scaler'])
         if config.time_budget is not None and 'final_tokens' in state:
             # a budgeted run continues the plan it made, not a new one

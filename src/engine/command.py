@@ -186,8 +186,8 @@ def check_args(args):
     on_cpu = where != 'cuda'  # (what follows is a CUDA GPU's: graphs, tf32, packing)
     one_process = int(os.environ.get('WORLD_SIZE', '1')) == 1
     # fp16's loss scaler reads back whether a gradient overflowed: no whole-step CUDA graph
-    fp16 = args.precision == 'fp16' or (args.precision == 'auto' and args.function != 'evaluate'
-                                        and not on_cpu and devices.lacks_bf16(where))
+    fp16 = devices.pick_precision(args.precision, where,
+                                  training=args.function != 'evaluate') == 'fp16'
     if args.compile == 'graphs' and fp16:
         raise UsageError('--compile graphs cannot record a step with fp16\'s loss scaling (it '
                          'reads back whether a gradient overflowed): --compile none, or '
@@ -411,7 +411,8 @@ def settings_line(args, device_type, environ=os.environ):
         if defaults:
             parts.append(f'a GPU\'s defaults {" ".join(defaults)} (the same function, other '
                          'dropout draws than eager steps: --compile none --pack_multiple 0)')
-        if 'precision' not in typed and args.precision == 'auto' and devices.lacks_bf16('cuda'):
+        if 'precision' not in typed and \
+                devices.pick_precision(args.precision, 'cuda', training=True) == 'fp16':
             parts.append('--precision fp16, the default on a GPU without bf16 (autocast with '
                          'loss scaling; --precision fp32 computes as the handout does)')
     parts += [f'${name}={environ[name]}' for name in NUMBERS_ENV if environ.get(name)]

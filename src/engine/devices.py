@@ -78,15 +78,16 @@ class autocast:
     GPUs, and the memory-efficient one stopped learning with the handout's attention dropout
     while flash and the math followed fp32 (docs/gpu.md; fp16 takes the same kernels, not yet
     measured over a whole run). `scaler`: fp16's loss scaling (torch.amp.GradScaler: its
-    gradients would underflow unscaled), which the training step applies; None otherwise."""
+    gradients would underflow unscaled), which the training step applies; for the other
+    precisions a disabled one, which passes the loss and the optimizer's step through."""
 
     def __init__(self, device, precision):
         self.gpu = torch.device(device).type == 'cuda'
         self.precision = precision
         self.cast = torch.autocast(torch.device(device).type, dtype=HALF.get(precision),
                                    enabled=precision in HALF)
-        self.scaler = torch.amp.GradScaler(torch.device(device).type) \
-            if precision == 'fp16' else None
+        self.scaler = torch.amp.GradScaler(torch.device(device).type,
+                                           enabled=precision == 'fp16')
 
     def __enter__(self):
         self.cast.__enter__()

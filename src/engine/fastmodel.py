@@ -49,6 +49,12 @@ def softmax_attention(att, mask, attn_drop, v):
     return att @ v
 
 
+def written_out(layer, q, k, v, mask):
+    """The handout's scaled dot-product attention of the heads q over k, v, written out."""
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+    return softmax_attention(att, mask, layer.attn_drop, v)
+
+
 def cpu_math(layer, device):
     """Whether training on a CPU takes the written-out math instead of the kernel: with
     attention dropout (the kernel has none of its own on a CPU: it would fall back to the same
@@ -82,8 +88,7 @@ def kernel(layer, q, k, v, causal=True, mask=None, packing=None):
             q, k, v, packing if causal else None)
     if causal:
         return causal_math(q, k, v, layer.attn_drop)
-    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-    return softmax_attention(att, mask, layer.attn_drop, v)
+    return written_out(layer, q, k, v, mask)
 
 
 # (a copy of the attention layers' forward: packed (N, C) rows and cached keys are not their shapes)
@@ -108,11 +113,8 @@ def attend(layer, x_kv, x_q, *, rotate=None, packing=None, cache=None, positions
         k, v = cache.write(k, v, kv_positions)
     causal = q_positions is None  # positions 0..T-1 in every row: the mask's top-left slice
     mask = layer.mask[:, :, :q.size(2), :k.size(2)] if causal else visible(q_positions, k.size(2))
-    if layer.flash:
-        y = kernel(layer, q, k, v, causal, mask, packing)
-    else:
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-        y = softmax_attention(att, mask, layer.attn_drop, v)
+    y = kernel(layer, q, k, v, causal, mask, packing) if layer.flash else \
+        written_out(layer, q, k, v, mask)
     y = merge_heads(y, packing if x_q.dim() == 2 else None)
     return layer.resid_drop(layer.proj(y))
 
@@ -144,7 +146,6 @@ def model_paths(model, config):
     (fastpath.Dropout: nn.Dropout's distribution; it has no state, so nothing else changes)."""
     model.bottleneck_dim = config.bottleneck_dim
     model.skip_padding = config.skip_padding
-    model.flash = getattr(config, 'fast_attention', False)
     # the synthesizer's w2/b2 have block_size - 1 columns: that is its longest input
     model.max_len = config.block_size - 1 if config.synthesizer else config.block_size
     for module in list(model.modules()):
@@ -161,14 +162,14 @@ def hands_off(model, idx, targets, fast):
     trainer's keywords (loss_only, packed=None) then ask nothing of it; the fused kernel is a
     branch of the handout's attention bodies."""
     return bool(fast.get('packed') is not None or fast.get('caches') is not None
-                or fast.get('positions') is not None or packs(model, idx, targets, fast))
+                or fast.get('positions') is not None
+                or packs(model, idx, targets, fast.get('loss_only'), fast.get('packed')))
 
 
-def packs(model, idx, targets, fast):
+def packs(model, idx, targets, loss_only, packed):
     """Whether a trainer's step is computed on the positions that can change its loss only."""
-    return bool(fast.get('loss_only') and targets is not None and model.training
-                and model.skip_padding and (fast.get('packed') is not None
-                                            or idx.device.type == 'cpu'))
+    return bool(loss_only and targets is not None and model.training and model.skip_padding
+                and (packed is not None or idx.device.type == 'cpu'))
 
 
 def passed(**kwargs):
@@ -210,7 +211,7 @@ def forward(model, idx, targets=None, caches=None, positions=None, loss_only=Fal
     (`packed`: see packed_loss), and the logits, not computed everywhere, are None.
     Decoding (decode.py): `caches` (new_caches) store the keys and values of the positions seen;
     with `positions` (B, T), idx holds only the new tokens, at those positions."""
-    if packs(model, idx, targets, dict(loss_only=loss_only, packed=packed)):
+    if packs(model, idx, targets, loss_only, packed):
         return None, packed_loss(model, idx, targets, packed)
     if positions is None:
         assert idx.size(1) <= model.block_size, "Cannot forward, model block size is exhausted."

@@ -92,17 +92,12 @@ def train_step(model, optimizer, autocast, x, y, config, device):
     if weight is not None:
         loss = loss * weight
     model.zero_grad(set_to_none=True)
-    scaler = autocast.scaler  # fp16's loss scaling, else None: the starter's three lines
-    if scaler is None:
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_norm_clip)
-        optimizer.step()
-    else:
-        scaler.scale(loss).backward()
-        scaler.unscale_(optimizer)  # the clipping sees the true gradients
-        torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_norm_clip)
-        scaler.step(optimizer)  # skipped where a gradient overflowed
-        scaler.update()
+    scaler = autocast.scaler  # fp16's loss scaling; disabled, the starter's three lines
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)  # the clipping sees the true gradients
+    torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_norm_clip)
+    scaler.step(optimizer)  # skipped where an fp16 gradient overflowed
+    scaler.update()
 
     loss = loss.detach()
     if weight is not None:

@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.join(REPO, 'src'))
 import run_all  # noqa: E402
 from engine.common import MAX_BUDGET_MINUTES, OneLineParser  # noqa: E402
 from engine.datafiles import resolve  # noqa: E402
-from engine.paths import out_folder_problem  # noqa: E402
+from engine.command.paths import out_folder_problem  # noqa: E402
 from engine.presets import PRESETS, stage_values  # noqa: E402
 
 LONDON = 5.0  # the London baseline's dev accuracy (london_baseline.py)

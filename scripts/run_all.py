@@ -40,11 +40,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN = os.path.join(REPO, 'src', 'run.py')
 sys.path.insert(0, os.path.join(REPO, 'src'))
 from engine.common import MAX_BUDGET_MINUTES, OneLineParser, source_commit  # noqa: E402
-from engine.cpu_load import usable_cores  # noqa: E402
+from engine.machine.cpu_load import usable_cores  # noqa: E402
 from engine.datafiles import resolve  # noqa: E402
-from engine.paths import out_folder_problem  # noqa: E402
+from engine.command.paths import out_folder_problem  # noqa: E402
 from engine.presets import BLOCK_SIZE, PRESETS, mix, model_values  # noqa: E402
-from engine.inputs import evaluate_places  # noqa: E402
+from engine.command.inputs import evaluate_places  # noqa: E402
 
 # name -> (variant, extra flags, pretrain?)
 MODELS = {
@@ -291,7 +291,7 @@ def steps_per_epoch(out, curves):
 def wiki():
     """The pretraining corpus (its CharCorruptionDataset), read once for all the models of a
     report: its vocabulary, and how much of its examples can change the loss."""
-    from engine import inputs
+    from engine.command import inputs
     import dataset
     return inputs.read_corpus(resolve('wiki.txt', 'wiki.txt'), dataset.CharCorruptionDataset)
 
@@ -300,7 +300,7 @@ def wiki():
 def wiki_needed_lengths():
     """How many positions of each of 2,000 examples of wiki.txt's span corruption can change
     the loss (flops.needed_lengths): the pretraining's work per example, padding left out."""
-    from engine import flops
+    from engine.fast import flops
     return tuple(flops.needed_lengths(wiki()))
 
 
@@ -321,7 +321,7 @@ def pretraining_pace(out, name, device):
     except (ValueError, KeyError, TypeError):  # no record, or one from before 'tokens'
         return None
     import model
-    from engine import flops
+    from engine.fast import flops
     config = model.config_for(variant, wiki().vocab_size, BLOCK_SIZE, bottleneck, **sizes,
                               fast_attention=False, skip_padding=False, fast_dropout=False)
     lengths = wiki_needed_lengths() if mix(record['preset']) is None else [BLOCK_SIZE - 1]

@@ -1,6 +1,6 @@
 # [engine] Handout file: the starter's attention.py (names, keys fixed: tests/test_model_compat.py).
 # [engine] Each forward is the handout's math, the fused kernel a branch beside it; its first
-# [engine] line hands packed rows or decoding caches to the engine (engine/fastmodel.py).
+# [engine] line hands packed rows or decoding caches to the engine (engine/fast/fastmodel.py).
 """
 The assignment's attention layers, after Andrej Karpathy's minGPT.
 """
@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-from engine import fastmodel  # [engine]
+from engine.fast import fastmodel  # [engine]
 
 logger = logging.getLogger(__name__)
 

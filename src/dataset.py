@@ -5,7 +5,8 @@ import random
 import torch
 from torch.utils.data import Dataset
 
-from engine import datafiles, inputs, presets  # [engine]
+from engine import datafiles, presets  # [engine]
+from engine.command import inputs  # [engine]
 
 MASK_CHAR = u"\u2047"  # [engine] the two reserved characters, for the code that imports them
 PAD_CHAR = u"\u25A1"  # [engine]

@@ -17,7 +17,8 @@ import utils  # [2024-25]
 #[2021-22 2022-23 solved] total, correct = utils.evaluate_places('birth_dev.tsv', ['London'] * len(questions))
 #[2021-22 2022-23 solved] print('Correct: {} out of {}: {}%'.format(correct, total, correct / total * 100))
 
-from engine import common, inputs, paths  # [engine]
+from engine import common  # [engine]
+from engine.command import inputs, paths  # [engine]
 from engine.datafiles import resolve  # [engine]
 
 

@@ -1,6 +1,6 @@
 # [engine] Handout file: the starter's model.py, models.py in the 2024-25 edition (names,
 # [engine] state_dict keys fixed: tests/test_model_compat.py). Each forward is the handout's; its
-# [engine] first line hands the call to the engine (engine/fastmodel.py) only for what the body
+# [engine] first line hands the call to the engine (engine/fast/fastmodel.py) only for what the body
 # [engine] cannot carry: packed rows (training on the positions that change the loss only) and
 # [engine] decoding caches. Under --plain the bodies below compute every training step.
 """
@@ -22,11 +22,11 @@ import torch.nn as nn
 from torch.nn import functional as F
 
 import attention
-from engine import fastmodel  # [engine]
+from engine.fast import fastmodel  # [engine]
 
 #[2022-23] torch.manual_seed(1)
 #[2024-25] torch.manual_seed(0)
-# [engine] (run.py seeds as each edition's model file does at import: engine.command.seeds)
+# [engine] (run.py seeds as each edition's model file does at import: engine.command.stages.seeds)
 
 
 class GPTConfig:

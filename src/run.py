@@ -18,7 +18,8 @@ from tqdm import tqdm
 from torch.nn import functional as F  # [2021-22 2022-23] noqa: F401
 from torch.utils.tensorboard import SummaryWriter  # [2022-23 2024-25]
 
-from engine import command, cpu_recipe, devices, distributed, inputs  # [engine]
+from engine import devices, distributed  # [engine]
+from engine.command import cpu_recipe, flags, inputs, params, records, stages  # [engine]
 from engine.common import LazyWriter as SummaryWriter  # [engine] its folder made at the first scalar
 
 random.seed(0)
@@ -55,19 +56,19 @@ argp.add_argument('--pretrain_lr', default=6e-3, type=float)  # [2022-23 2024-25
 argp.add_argument('--finetune_lr', default=6e-4, type=float)  # [2022-23 2024-25]
 argp.add_argument('--tb_expt_name', help='debug string for tb log.',  # [2022-23 2024-25]
                   default='run')
-command.add_engine_flags(argp)  # [engine] --preset, --time_budget, --resume, ...: one-line errors
+flags.add_engine_flags(argp)  # [engine] --preset, --time_budget, --resume, ...: one-line errors
 
 
 def parse_args(argv=None):  # [engine] the command line as main() reads it (tests, the grader)
-    return command.parsed(argp, argv)  # [engine]
+    return flags.parsed(argp, argv)  # [engine]
 
 
 def main(argv=None):  # [wrapper]
     args = argp.parse_args(argv)  # [engine] (the command line a test or a script hands in)
     #[2021-22 2022-23 2024-25] args = argp.parse_args()
-    args = command.parsed(argp, argv, args)  # [engine] which flags were typed; when it started
+    args = flags.parsed(argp, argv, args)  # [engine] which flags were typed; when it started
     try:  # [wrapper]
-        command.check_args(args)  # [engine] every input and output checked before any work
+        flags.check_args(args)  # [engine] every input and output checked before any work
 
         device = 'cpu'  # [2024-25]
         if torch.cuda.is_available():  # [2024-25]
@@ -76,7 +77,7 @@ def main(argv=None):  # [wrapper]
             device = 'mps'
         # [2021-22 2022-23] Save the device
         #[2021-22 2022-23] device = torch.cuda.current_device() if torch.cuda.is_available() else 'cpu'
-        device = command.device(args)  # [engine] --device; torchrun's rank's GPU; seeds as its edition
+        device = stages.device(args)  # [engine] --device; torchrun's rank's GPU; seeds as its edition
 
         # [2022-23 2024-25] TensorBoard training log
         writer = SummaryWriter(log_dir='expt/%s/%s_%s_pt_lr_%f_ft_lr_%f' % (  # [2024-25]
@@ -92,7 +93,7 @@ def main(argv=None):  # [wrapper]
         #[2022-23]     args.bottleneck_dim,
         #[2022-23]     args.pretrain_lr,
         #[2022-23]     args.finetune_lr))
-        writer = command.writer(args, SummaryWriter)  # [engine] the edition's folder, the rates trained at
+        writer = records.writer(args, SummaryWriter)  # [engine] the edition's folder, the rates trained at
 
         # Keep the block size 128
         # Why is the pretraining corpus always required (even if we're not pretraining?)
@@ -102,7 +103,7 @@ def main(argv=None):  # [wrapper]
         block_size = 128
         text = open(args.pretrain_corpus_path, encoding='utf-8').read()  # [2022-23 2024-25]
         #[2021-22] text = open(args.pretrain_corpus_path).read()
-        text = command.corpus_text(args, text)  # [engine] wiki.txt as the edition ships it
+        text = stages.corpus_text(args, text)  # [engine] wiki.txt as the edition ships it
         pretrain_dataset = dataset.CharCorruptionDataset(text, block_size)
         pretrain_dataset.edition = args.edition  # [engine] the lengths of the command's edition
 
@@ -116,7 +117,7 @@ def main(argv=None):  # [wrapper]
             n_layer=4,
             n_head=8,
             n_embd=256)
-        mconf = command.model_config(args, mconf)  # [engine] the preset's sizes, --dropout, --plain
+        mconf = stages.model_config(args, mconf)  # [engine] the preset's sizes, --dropout, --plain
 
         #[2021-22 2022-23] """
         #[2021-22 2022-23] Don't change above here; write your code below
@@ -206,12 +207,12 @@ def main(argv=None):  # [wrapper]
                 #[2021-22]                               final_tokens=200*len(pretrain_dataset)*block_size,
                 #[2021-22]                               num_workers=4)
             # [engine] a CPU preset's data (not the handout's), its settings, the flags typed:
-            pretrain_dataset, tconf = command.training(args, 'pretrain', pretrain_dataset,  # [engine]
+            pretrain_dataset, tconf = stages.training(args, 'pretrain', pretrain_dataset,  # [engine]
                                                        tconf, device, writer,
                                                        questions=dataset.NameDataset)
             trainer_obj = trainer.Trainer(model, pretrain_dataset, None, tconf)
             trainer_obj.train()
-            command.save_params(args, trainer_obj.run)  # [engine] whole or not at all, its record
+            records.save_params(args, trainer_obj.run)  # [engine] whole or not at all, its record
             #[2021-22 2022-23 2024-25] torch.save(model.state_dict(), args.writing_params_path)
             ### END YOUR CODE ###
         elif args.function == 'finetune':
@@ -256,7 +257,7 @@ def main(argv=None):  # [wrapper]
 
             ### YOUR CODE HERE ###
             if args.reading_params_path is not None:
-                inputs.load_params(model, args.reading_params_path, command.describe_model(args),  # [engine]
+                params.load_params(model, args.reading_params_path, stages.describe_model(args),  # [engine]
                                    device)
                 #[2021-22 2022-23 2024-25] model.load_state_dict(torch.load(args.reading_params_path))
                 max_epochs = 10
@@ -275,24 +276,24 @@ def main(argv=None):  # [wrapper]
             finetune_dataset = dataset.NameDataset(pretrain_dataset,
                                                    open(args.finetune_corpus_path, encoding='utf-8').read())
             # [engine] a CPU preset's data (not the handout's), its settings, the flags typed:
-            finetune_dataset, tconf = command.training(args, 'finetune', finetune_dataset,  # [engine]
+            finetune_dataset, tconf = stages.training(args, 'finetune', finetune_dataset,  # [engine]
                                                        tconf, device, writer, pretrain_dataset)
             trainer_obj = trainer.Trainer(model, finetune_dataset, None, tconf)
             trainer_obj.train()
-            command.save_params(args, trainer_obj.run)  # [engine] whole or not at all, its record
+            records.save_params(args, trainer_obj.run)  # [engine] whole or not at all, its record
             #[2021-22 2022-23 2024-25] torch.save(model.state_dict(), args.writing_params_path)
             ### END YOUR CODE ###
         elif args.function == 'evaluate':
             assert args.outputs_path is not None
             assert args.reading_params_path is not None
             assert args.eval_corpus_path is not None
-            inputs.load_params(model, args.reading_params_path, command.describe_model(args),  # [engine]
+            params.load_params(model, args.reading_params_path, stages.describe_model(args),  # [engine]
                                device)
             #[2021-22 2022-23 2024-25] model.load_state_dict(torch.load(args.reading_params_path))
             correct = 0
             total = 0
             if not args.plain:  # [engine] the same answers, decoded many at a time, written whole
-                command.evaluate(model, args, pretrain_dataset, device)  # [engine]
+                records.evaluate(model, args, pretrain_dataset, device)  # [engine]
             else:  # [starter]
                 #[2021-22] with open(args.outputs_path, 'w') as fout:
                 with open(args.outputs_path, 'w', encoding='utf-8') as fout:  # [2022-23 2024-25]
@@ -315,10 +316,10 @@ def main(argv=None):  # [wrapper]
                 else:
                     print(f'Predictions written to {args.outputs_path}; no targets provided')  # [2024-25]
                     #[2021-22 2022-23] print('Predictions written to {}; no targets provided'.format(args.outputs_path))
-    except command.STOPS as e:  # [engine] bad input, a loss not finite, an interrupt: one line
-        sys.exit(command.report(e))
+    except records.STOPS as e:  # [engine] bad input, a loss not finite, an interrupt: one line
+        sys.exit(records.report(e))
     finally:  # [engine] the steps logged so far reach the events file; the outputs let go
-        command.finish()  # [engine]
+        records.finish()  # [engine]
 
 
 if __name__ == '__main__':  # [engine]

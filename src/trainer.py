@@ -1,5 +1,5 @@
 # [engine] Handout file: the starter's trainer.py (names, results fixed: tests/test_fast_paths.py).
-# [engine] Trainer.train runs the engine's loop (engine/loop.py: the same steps, faster at the
+# [engine] Trainer.train runs the engine's loop (engine/training/loop.py: the same steps, faster at the
 # [engine] same results, resumable, fitted to the machine) unless TrainerConfig.engine is False;
 # [engine] then it runs the starter's own loop below, as a student's copy would.
 """
@@ -18,7 +18,7 @@ import torch.optim as optim
 from torch.optim.lr_scheduler import LambdaLR  # noqa: F401 (the starter imports it)
 from torch.utils.data.dataloader import DataLoader
 
-from engine import loop  # [engine]
+from engine.training import loop  # [engine]
 
 logger = logging.getLogger(__name__)
 

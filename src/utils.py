@@ -1,7 +1,7 @@
 # [engine] Handout file: the starter's utils.py (its names: tests/test_starter_names.py).
-# [engine] The commands score with the engine's reading of a questions file (engine.inputs
+# [engine] The commands score with the engine's reading of a questions file (engine.command.inputs
 # [engine] .score_places: blank lines and CRLF ends allowed), which counts as evaluate_places does
-# [engine] on a well-formed file, and decode with the batched engine.decode, which answers as
+# [engine] on a well-formed file, and decode with the batched engine.fast.decode, which answers as
 # [engine] `sample` does.
 """
 Utilities: seeding, decoding one sequence at a time, and the accuracy of predicted places.

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from engine import common
-from engine import inputs
+from engine.command import inputs, params
 import dataset
 import model
 import run
@@ -378,7 +378,7 @@ def test_an_output_replaces_its_own_kind_only(ws, tmp_path):
     """A command run again replaces its own params or predictions (and an empty file). Params
     replace no other file; predictions (lines of text) replace no params or question file: a
     plain text file without tabs may be an earlier predictions file (BAD_INPUT: '...-onto-...')."""
-    from engine.paths import kind_problem
+    from engine.command.paths import kind_problem
     (tmp_path / 'old.predictions').write_text('London\nParis\n')
     (tmp_path / 'empty').write_bytes(b'')
     with zipfile.ZipFile(tmp_path / 'submission.zip', 'w') as z:
@@ -676,7 +676,7 @@ def test_malformed_params_are_one_problem_each_never_a_crash(tmp_path):
     perceiver's C that is not 3-D. Each is one
     ParamsProblem or a mismatch in words; before, a TypeError, a RuntimeError from
     load_state_dict and an IndexError ended the grading of the submission as 'grader error'."""
-    from engine import inputs
+    from engine.command import params
     gpt = model.GPT(model.GPTConfig(10, 16, n_layer=2, n_head=2, n_embd=16, perceiver=True,
                                     bottleneck_dim=8))
     state = gpt.state_dict()
@@ -690,12 +690,12 @@ def test_malformed_params_are_one_problem_each_never_a_crash(tmp_path):
             'meta': 'not a params file: its tensors hold no data'}
     for name, bad in cases.items():
         torch.save(bad, tmp_path / f'{name}.params')
-        with pytest.raises(inputs.ParamsProblem) as e:
-            inputs.read_state(str(tmp_path / f'{name}.params'))
+        with pytest.raises(params.ParamsProblem) as e:
+            params.read_state(str(tmp_path / f'{name}.params'))
         assert said[name] in str(e.value)
     flat = {**state, 'down_block.C': state['down_block.C'].reshape(-1)}
     torch.save(flat, tmp_path / 'flat.params')
-    problem = inputs.params_mismatch(gpt, inputs.read_state(str(tmp_path / 'flat.params')),
+    problem = params.params_mismatch(gpt, params.read_state(str(tmp_path / 'flat.params')),
                                      'a perceiver model')
     assert 'down_block.C is 1-D, not 3-D' in problem
 
@@ -707,7 +707,7 @@ def test_an_output_another_live_run_is_writing_is_refused_unless_replace(cli, ws
     claim goes with the run that held it (a later run, here in the same process, takes it)."""
     holder = subprocess.Popen([sys.executable, '-c', f'''import sys, time
 sys.path.insert(0, {os.path.join(os.path.dirname(RUN), '')!r})
-from engine import paths
+from engine.command import paths
 paths.Claim('old.params').take()
 print('held', flush=True)
 time.sleep(60)'''], cwd=ws, stdout=subprocess.PIPE, text=True)
@@ -742,7 +742,7 @@ def test_params_whose_zip_metadata_reads_as_no_zip_kind_are_one_problem(tmp_path
         def __init__(self, *a, **k):
             raise NotImplementedError('compression type 99')
     monkeypatch.setattr(zipfile, 'ZipFile', Odd)
-    assert inputs.unpacked_size_problem(str(path), 1 << 20) == \
+    assert params.unpacked_size_problem(str(path), 1 << 20) == \
         'not a readable params file (a damaged or truncated zip)'
 
 

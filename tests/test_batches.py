@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from engine import batches
+from engine.fast import batches
 import dataset
 import model
 import trainer
@@ -244,7 +244,7 @@ def test_a_checkpoint_resumes_for_a_model_on_another_device(tmp_path, monkeypatc
     byte tensors, whatever device the model trains on. Reached here without a GPU: torch.load
     is made to honour a map_location as a GPU would (tensors there, here on 'meta'), so reading
     the checkpoint straight onto the training device fails as it does on CUDA."""
-    from engine import checkpoint
+    from engine.training import checkpoint
     ckpt = tmp_path / 'pt.params.ckpt'
     _, losses, want = run(0, max_epochs=3, resume_path=str(ckpt), checkpoint_every=1)
     real_load = torch.load

@@ -8,7 +8,7 @@ from conftest import REPO
 
 sys.path.insert(0, os.path.join(REPO, 'scripts', 'dev'))
 import benchmark_loop  # noqa: E402
-from engine import batches  # noqa: E402
+from engine.fast import batches  # noqa: E402
 import dataset  # noqa: E402
 
 

@@ -8,7 +8,7 @@ import string
 import pytest
 import torch
 
-from engine import cpu_recipe
+from engine.command import cpu_recipe
 import dataset
 from engine import presets
 from conftest import REPO
@@ -167,10 +167,10 @@ def test_the_cpu_20min_pipeline_trains_a_smaller_model_on_the_mix(tmp_path):
     assert 'mixed with the questions of birth_places_train.tsv' in out
     state = torch.load(tmp_path / 'pre.params', weights_only=True)
     assert state['tok_emb.weight'].shape[1] == 128
-    from engine import inputs
+    from engine.command import params
     import json
     # this tiny corpus's steps fit far more than 2,200 into 17 minutes: the 4-layer model
-    assert inputs.layers_of(state) == 4 and 'a 2-layer model' not in out
+    assert params.layers_of(state) == 4 and 'a 2-layer model' not in out
     record = json.loads((tmp_path / 'pre.params.run.json').read_text(encoding='utf-8'))
     assert record['n_layer'] == 4 and record['plan']['depth'] is None
     assert record['plan']['precision'] == record['precision'] == 'fp32'
@@ -192,7 +192,7 @@ def test_the_cpu_20min_pipeline_trains_a_smaller_model_on_the_mix(tmp_path):
         '--writing_params_path', 'two.fine.params', '--finetune_corpus_path', 'birth_places_train.tsv')
     record = json.loads((tmp_path / 'two.fine.params.run.json').read_text(encoding='utf-8'))
     assert record['n_layer'] == 2
-    assert inputs.layers_of(torch.load(tmp_path / 'two.fine.params', weights_only=True)) == 2
+    assert params.layers_of(torch.load(tmp_path / 'two.fine.params', weights_only=True)) == 2
     out = run('evaluate', 'vanilla', 'corpus.txt', '--reading_params_path', 'two.fine.params',
               '--eval_corpus_path', 'dev.tsv', '--outputs_path', 'two.predictions')
     assert 'Correct: ' in out

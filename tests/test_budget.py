@@ -12,9 +12,10 @@ import re
 import pytest
 import torch
 
-from engine import common, loop
-from engine import measure
-from engine import plan as planning
+from engine import common
+from engine.training import loop
+from engine.machine import measure
+from engine.machine import plan as planning
 from conftest import REPO
 import trainer
 from test_schedule import RecordingWriter, name_data, tiny_gpt  # noqa: F401 (name_data: a fixture)
@@ -133,7 +134,7 @@ def test_the_first_epoch_corrects_a_misleading_measurement(name_data, monkeypatc
 def test_the_checkpoint_after_a_re_plan_holds_the_new_plan(name_data, monkeypatch, tmp_path):
     """A resumed budgeted run continues the plan its checkpoint holds: the checkpoint written
     after the first epoch must already hold the re-planned epochs and schedule."""
-    from engine import checkpoint
+    from engine.training import checkpoint
     clock = slow_steps(monkeypatch, 0.1)
     monkeypatch.setattr(measure.StepTimer, 'times', lambda self, *a, **k: [0.001] * 3)
     saved = []
@@ -183,7 +184,7 @@ def test_a_resumed_budgeted_run_lays_its_schedule_over_the_epochs_it_trains(
     made again after the first resumed epoch counts the tokens of the epochs it trained (not
     of the whole run), so the learning rate still ends at the floor at the last step."""
     import shutil
-    from engine import checkpoint
+    from engine.training import checkpoint
     pace = [0.1]  # seconds per step: 0.05 once resumed
     clock = slow_steps(monkeypatch, lambda n: pace[0])
     monkeypatch.setattr(measure.StepTimer, 'times', lambda self, *a, **k: [0.001] * 3)
@@ -299,7 +300,7 @@ def test_each_epochs_wall_seconds_are_kept_for_the_record(name_data, monkeypatch
     t, _, _ = budgeted_run(name_data, 60, max_epochs=3, clock=clock)
     assert t.run.epoch_walls == pytest.approx([1.3, 0.3, 0.3])
     assert t.run.epoch_seconds == pytest.approx([0.3, 0.3, 0.3])  # (the pace: its other steps')
-    from engine import checkpoint
+    from engine.training import checkpoint
     real = checkpoint.Resumable.on_epoch_end
 
     def slow_checkpoint(self, trainer, epoch):
@@ -386,7 +387,7 @@ def test_a_machine_too_slow_for_the_presets_model_pretrains_its_smaller_one(
     step asked for (300 epochs: 900 steps), else the 2-layer one, said in the plan's line. The
     timed steps are undone, and the 2-layer model starts from the weights it would have if
     built first: the choice changes the model, not the seed's draws."""
-    from engine import inputs
+    from engine.command import params
     from engine import presets
     monkeypatch.setattr(measure.StepTimer, 'times', lambda self, *a, **k: [step] * 3)
     clock = FakeClock()
@@ -396,7 +397,7 @@ def test_a_machine_too_slow_for_the_presets_model_pretrains_its_smaller_one(
     args.started = clock.now
     plan, gpt = planned(args, name_data, clock)
     out = capsys.readouterr().out
-    assert inputs.layers_of(gpt.state_dict()) == layers
+    assert params.layers_of(gpt.state_dict()) == layers
     # 17 min less the budget's 5% margin, at 0.6 s a step: 1,615 steps
     said = ("a 2-layer model: the preset's 4 layers fit 1,615 steps (0.600 s each) into the "
             "budget here, fewer than 2,200; time budget 17 min: ")
@@ -414,7 +415,7 @@ def test_a_machine_too_slow_for_the_presets_model_pretrains_its_smaller_one(
 def test_a_presets_budget_over_one_epoch_measures_nothing(name_data, epochs, may_grow, measured):
     """cpu-20min's one-epoch finetuning: a preset's budget would train that epoch whatever the
     steps take, so no steps are timed for it; a flag's budget is (too small, it is an error)."""
-    from engine import budget
+    from engine.machine import budget
     conf = trainer.TrainerConfig(max_epochs=epochs, batch_size=8, time_budget=60.0,
                                  budget_may_grow=may_grow)
     t = trainer.Trainer(tiny_gpt(vocab=len(name_data.stoi), n_layer=1), name_data, None, conf)
@@ -450,7 +451,7 @@ def test_a_budgeted_pretraining_is_measured_once(name_data, monkeypatch, capsys)
 def test_only_a_pretraining_of_a_preset_with_a_slow_model_offers_it(name_data):
     """The handout's preset never changes its model, nor does cpu-20min's finetuning (from
     scratch here): no smaller model is offered to their plans."""
-    from engine import inputs
+    from engine.command import params
     import run
     scratch = run.parse_args(['finetune', 'vanilla', 'corpus.txt', '--writing_params_path',
                               'f.params', '--finetune_corpus_path', 'train.tsv', '--preset',
@@ -458,7 +459,7 @@ def test_only_a_pretraining_of_a_preset_with_a_slow_model_offers_it(name_data):
     scratch.edition = '2021-23'
     for args in (pretrain_args('--time_budget', '1', preset='handout'), scratch):
         gpt, smaller = preset_model(args, len(name_data.stoi), name_data.block_size)
-        assert inputs.layers_of(gpt.state_dict()) == 4 and smaller is None
+        assert params.layers_of(gpt.state_dict()) == 4 and smaller is None
     gpt, smaller = preset_model(pretrain_args(), len(name_data.stoi), name_data.block_size)
     assert smaller is not None and smaller[1] == 2200
 
@@ -467,7 +468,7 @@ def test_params_and_checkpoints_of_the_slow_model_are_read_into_it(name_data, mo
     """Finetuning or evaluating cpu-20min's params, or resuming its pretraining, builds the
     depth the file holds when it is the preset's or its slow model's, without timing anything;
     any other depth gets the preset's model, which the load then refuses in one line."""
-    from engine import inputs
+    from engine.command import params
     import run
 
     monkeypatch.chdir(tmp_path)
@@ -483,17 +484,17 @@ def test_params_and_checkpoints_of_the_slow_model_are_read_into_it(name_data, mo
         evaluate.edition = '2021-23'
         for args in (evaluate, pretrain_args('--resume')):
             gpt, smaller = preset_model(args, vocab, block)
-            assert inputs.layers_of(gpt.state_dict()) == want and smaller is None
+            assert params.layers_of(gpt.state_dict()) == want and smaller is None
         if layers == 3:
             with pytest.raises(common.UsageError, match=r'3\.params: params are a vanilla model of '
                                'other sizes'):
-                inputs.load_params(gpt, '3.params', 'a vanilla model', 'cpu')
+                params.load_params(gpt, '3.params', 'a vanilla model', 'cpu')
 
 
 def test_the_layers_a_state_dict_holds():
-    """inputs.layers_of: the n_layer a GPT was built with, from its keys alone (a perceiver's
+    """params.layers_of: the n_layer a GPT was built with, from its keys alone (a perceiver's
     down and up blocks are two of its layers)."""
-    from engine import inputs
+    from engine.command import params
     for kw in ({}, dict(perceiver=True, bottleneck_dim=8)):
         for layers in (2, 3, 4):
-            assert inputs.layers_of(tiny_gpt(n_layer=layers, **kw).state_dict()) == layers
+            assert params.layers_of(tiny_gpt(n_layer=layers, **kw).state_dict()) == layers

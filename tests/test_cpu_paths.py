@@ -13,13 +13,13 @@ import types
 import pytest
 import torch
 
-from engine import cpu_load
-from engine import cpu_paths
+from engine.machine import cpu_load
+from engine.machine import cpu_paths
 import dataset
 from engine import devices
-from engine import measure
+from engine.machine import measure
 import model
-from engine import plan
+from engine.machine import plan
 import trainer
 import utils
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from engine import common
-from engine import cpu_recipe
+from engine.command import cpu_recipe
 import dataset
 from engine import presets
 from conftest import REPO

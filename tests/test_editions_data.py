@@ -10,7 +10,7 @@ import pytest
 
 import dataset
 from engine import datafiles
-from engine import inputs
+from engine.command import inputs
 from engine.common import UsageError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -24,16 +24,17 @@ import torch
 from torch.nn import functional as F
 
 import attention
-from engine import fastpath, loop
-from engine import plan as planning
+from engine.fast import fastpath
+from engine.training import loop
+from engine.machine import plan as planning
 from conftest import LossLog
-from engine import batches
+from engine.fast import batches
 import dataset
 import handout_reference
 import model
 import trainer
 import utils
-from engine.decode import greedy_complete
+from engine.fast.decode import greedy_complete
 
 CORPUS = '\n'.join([
     'Ada Lovelace was born in London and wrote about engines.',
@@ -636,11 +637,12 @@ def test_packed_training_matches_the_plain_loop(data, name, device, monkeypatch,
 
 
 def checked_args(extra, monkeypatch, tmp_path, device='cuda', world_size='1', bf16=True):
-    """run.py's arguments after command.check_args, as if on `device` (a stand-in: the choice of
+    """run.py's arguments after flags.check_args, as if on `device` (a stand-in: the choice of
     defaults only asks which device there is, and whether it has bf16) in a run of `world_size`
     processes."""
     import run
-    from engine import command, devices
+    from engine import devices
+    from engine.command import flags, records, stages
     from tiny_run import CORPUS
     (tmp_path / 'wiki.txt').write_text(CORPUS, encoding='utf-8')
     monkeypatch.chdir(tmp_path)
@@ -649,7 +651,7 @@ def checked_args(extra, monkeypatch, tmp_path, device='cuda', world_size='1', bf
     monkeypatch.setenv('WORLD_SIZE', world_size)
     args = run.parse_args(['pretrain', 'vanilla', 'wiki.txt', '--writing_params_path', 'x.params']
                           + extra)
-    command.check_args(args)
+    flags.check_args(args)
     return args
 
 
@@ -749,15 +751,15 @@ def test_a_run_says_once_what_makes_it_other_than_the_handouts(extra, device, en
     change anything against the handout's run of the edition: a preset, the flags typed that
     change what is computed, a GPU's defaults (other random draws), the environment variables
     that change the numbers; the handout's own run prints nothing more than the starter."""
-    from engine import command
-    for name in command.NUMBERS_ENV + ('CS224N_EDITION',):
+    from engine.command import flags, records, stages
+    for name in stages.NUMBERS_ENV + ('CS224N_EDITION',):
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     args = checked_args(extra, monkeypatch, tmp_path, device=device)
-    assert command.settings_line(args, device) == said
+    assert stages.settings_line(args, device) == said
     capsys.readouterr()
-    command.device(args)
+    stages.device(args)
     out = capsys.readouterr().out
     assert out == ('' if said is None else said + '\n')
 
@@ -840,7 +842,7 @@ def test_whole_rows_through_the_fused_kernel_run_the_handouts_bodies(variant):
     a bare model(x)), computes with the handout's GPT, Block and attention bodies, the fused
     kernel a branch of the attention's: no engine copy of them runs. Traced with sys.settrace."""
     import sys as _sys
-    from engine import fastmodel
+    from engine.fast import fastmodel
     conf = model.config_for(variant, 30, 40, bottleneck_dim=8, n_layer=2, n_head=4, n_embd=32)
     gpt = model.GPT(conf)
     gpt.skip_padding = False  # (a CPU packs a training step's rows; a GPU unpacked keeps them)
@@ -875,7 +877,8 @@ def test_fp16_steps_unscale_before_clipping_and_skip_an_overflow(data):
     """--precision fp16: autocast to float16, the loss scaled (torch.amp.GradScaler) so that
     small gradients survive, and unscaled before the handout's clipping: the step's gradients
     are fp32's to fp16's rounding. A scale that overflows skips the step and halves the scale."""
-    from engine import devices, loop
+    from engine import devices
+    from engine.training import loop
     pre, _ = data
     x, y = one_batch(pre)
     conf = trainer.TrainerConfig(max_epochs=1, batch_size=6, learning_rate=3e-3)
@@ -922,7 +925,8 @@ def test_fp16_is_the_default_on_a_gpu_without_bf16_and_refuses_cuda_graphs(monke
     """Training on a GPU without bf16, precision auto takes fp16 (evaluation stays fp32: its
     predictions are the handout's), the compile default is eager steps (fp16's loss scaler reads
     back each step), the settings line says so; --compile graphs with fp16 is one error."""
-    from engine import command, common, devices
+    from engine import common, devices
+    from engine.command import flags, records, stages
     # a T4 (compute capability 7.5): torch counts its slow emulation of bf16 unless told not to
     monkeypatch.setattr(torch.cuda, 'is_bf16_supported',
                         lambda including_emulation=True: including_emulation)
@@ -932,13 +936,13 @@ def test_fp16_is_the_default_on_a_gpu_without_bf16_and_refuses_cuda_graphs(monke
     assert devices.pick_precision('auto', 'cuda', training=False) == 'fp32'
     assert devices.pick_precision('auto', 'cpu', training=True, measure=False) == 'fp32'
     args = checked_args([], monkeypatch, tmp_path, bf16=False)
-    command.finish()  # (its output claimed: the next check claims it again)
+    records.finish()  # (its output claimed: the next check claims it again)
     assert args.compile is False
     assert '--precision fp16, the default on a GPU without bf16' in \
-        command.settings_line(args, 'cuda', environ={})
+        stages.settings_line(args, 'cuda', environ={})
     with pytest.raises(common.UsageError, match='--compile graphs cannot record'):
         checked_args(['--compile', 'graphs', '--precision', 'fp16'], monkeypatch, tmp_path)
-    command.finish()
+    records.finish()
     args = checked_args([], monkeypatch, tmp_path)  # (a GPU with bf16)
-    assert args.compile == 'graphs' and 'fp16' not in command.settings_line(args, 'cuda', {})
-    command.finish()
+    assert args.compile == 'graphs' and 'fp16' not in stages.settings_line(args, 'cuda', {})
+    records.finish()

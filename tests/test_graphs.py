@@ -1,4 +1,4 @@
-"""--compile graphs (engine/graphs.py): the whole training step recorded as a CUDA graph per batch
+"""--compile graphs (engine/fast/graphs.py): the whole training step recorded as a CUDA graph per batch
 shape and replayed. Without a GPU the recording is played by a stand-in that keeps the step and
 runs it at each replay, writing its loss into the one tensor a recording hands out, as a CUDA
 graph does: what is checked here is what the engine does around the graph (the shapes, the
@@ -13,7 +13,8 @@ from torch.utils.data import Subset
 import trainer
 import utils
 from conftest import LossLog
-from engine import batches, fastpath, graphs, loop
+from engine.fast import batches, fastpath, graphs
+from engine.training import loop
 from test_fast_paths import (VARIANTS, assert_same_run, data, fast_and_plain,  # noqa: F401
                              packed_sizes_seen, tiny)
 from test_schedule import name_data  # noqa: F401 (a fixture)

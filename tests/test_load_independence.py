@@ -11,9 +11,9 @@ import json
 import pytest
 import torch
 
-from engine import checkpoint
-from engine import cpu_load
-from engine import extras
+from engine.training import checkpoint
+from engine.machine import cpu_load
+from engine.training import extras
 from engine import devices
 import run
 from tiny_run import stage_config, CORPUS

@@ -12,7 +12,7 @@ from torch.nn import functional as F
 import attention
 import model
 import utils
-from engine.decode import greedy_complete
+from engine.fast.decode import greedy_complete
 from handout_reference import RefGPT, RefGPTConfig, ref_apply_rope, ref_rope_cache
 
 VOCAB = 23

@@ -127,7 +127,7 @@ def test_the_recorded_figures_with_a_stand_in_for_the_graphs(monkeypatch, pack, 
     monkeypatch.setitem(presets.PRESETS, 'tiny', presets._preset(
         model=dict(n_layer=1, n_head=2, n_embd=32), pretrain=dict(batch_size=8)))
     monkeypatch.setattr(profile_step.graphs, 'CudaGraphs', Replays)
-    from engine import fastmodel  # a GPU's attention (scaled_dot_product_attention), not a CPU's math
+    from engine.fast import fastmodel  # a GPU's attention (scaled_dot_product_attention), not a CPU's math
     monkeypatch.setattr(fastmodel, 'cpu_math', lambda layer, device: False)
     wiki, batches = profile_step.first_batches('tiny', 3)
     got = profile_step.measure(wiki, batches, 'cpu', 'fp32', 'default', pack, 'tiny',

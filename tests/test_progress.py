@@ -1,9 +1,9 @@
-"""engine/progress.py: the handout's training log, its losses read back in groups."""
+"""engine/training/progress.py: the handout's training log, its losses read back in groups."""
 import pytest
 import torch
 
 from conftest import LossLog
-from engine.progress import LossNotFinite, Progress
+from engine.training.progress import LossNotFinite, Progress
 
 
 def logged(progress, losses, epoch=0):
@@ -64,9 +64,9 @@ def test_a_checkpoint_is_never_written_after_a_loss_not_read(tmp_path, monkeypat
     import dataset
     import model
     import trainer
-    from engine import loop
+    from engine.training import loop
     import utils
-    from engine import progress
+    from engine.training import progress
     monkeypatch.setattr(loop, 'Progress', lambda *a, **k: progress.Progress(
         *a, **dict(k, lag=True)))
     real_step, steps = loop.train_step, []

@@ -1,7 +1,7 @@
 """Every dev accuracy the pages state recomputes from the predictions in results/ it cites: the
 README's results table, the maintainers' GPU table, the students' CPU table, the CPU recipes'
 page, each run folder's README and report, and the figures a loaded CPU run prints
-(results/cpu-20min/under-load.json). Scored as the handout scores them: a prediction is right
+(the cpu-20min preset's under_load setting). Scored as the handout scores them: a prediction is right
 when it is the dev line's place, character for character. The times and counts the pages state
 recompute from the records beside them (logs, run records, timings, reports). Also: results/
 stays lean."""
@@ -207,8 +207,9 @@ def test_the_students_cpu_table_and_the_recipe_page_recompute():
 
 
 def test_what_a_loaded_run_prints_recomputes_from_its_runs():
-    with open(os.path.join(REPO, CPU, 'under-load.json'), encoding='utf-8') as f:
-        stated = json.load(f)['runs']
+    """cpu-20min's under_load setting (what a loaded run names at its end) is its runs' figures."""
+    from engine import presets
+    stated = presets.under_load('cpu-20min')['runs']
     groups = {'idle': [], 'beside the light load': [],
               'with one core (beside the heavy load, or taskset)': [],
               'with one core, the 4 layers kept': []}
@@ -227,6 +228,9 @@ def test_what_a_loaded_run_prints_recomputes_from_its_runs():
     for name, runs in groups.items():
         values = sorted(float(v[:-1]) for v in figures_of(runs))
         assert stated[name]['dev'] == f'{values[0]:.1f}-{values[-1]:.1f}% ({len(runs)} runs)', name
+        steps = sorted(record(cpu_run(r), 'vanilla.pretrain.params.run.json')['steps'] for r in runs)
+        assert stated[name]['steps'] == (steps[0], steps[-1]), name
+        assert {condition(r)[1] for r in runs} == {stated[name]['layers']}, name
         if name.startswith('with one core'):  # the students' page says the same of them
             assert f'{values[0]:.1f}-{values[-1]:.1f}% in {WORDS[len(runs)]}' in students, name
 

@@ -22,7 +22,7 @@ import torch
 import dataset
 import model
 import trainer
-from engine import loop
+from engine.training import loop
 import utils
 
 from conftest import REPO, RUN
@@ -447,7 +447,7 @@ def test_under_torchrun_ranks_agree_on_a_stop_only_where_losses_are_read_back(mo
     """Agreeing on a stop request is an all_reduce read back by the host: on a GPU at every step
     it would stall the pipeline, so the ranks agree every log_every steps (where the losses are
     read back anyway); a request between waits for the next such step, on every rank alike."""
-    from engine import checkpoint
+    from engine.training import checkpoint
     agreed, saved = [], []
 
     class Run:  # what Resumable reads of the run
@@ -482,7 +482,7 @@ def test_periodic_checkpoints_come_checkpoint_seconds_apart(tmp_path, monkeypatc
     epoch that checkpoint_every names writes the checkpoint only once that many seconds have
     passed since the last one (or the start). A clock the test drives: 10 s a step, two steps
     an epoch, eight epochs (the last one writes none: the params follow)."""
-    from engine import checkpoint
+    from engine.training import checkpoint
     now, saved = [0.0], []
     save = checkpoint.Resumable.save
 
@@ -511,7 +511,7 @@ def test_a_resumed_run_takes_the_interrupted_runs_plan(tmp_path, monkeypatch):
     """precision 'auto': the first run chose its path (a stand-in choice, the attention math);
     resumed from its checkpoint, the run takes that choice, measuring nothing (before, it
     measured again and could have chosen another)."""
-    from engine import cpu_paths, plan as planning
+    from engine.machine import cpu_paths, plan as planning
     chosen = ('fp32', False)
     monkeypatch.setattr(cpu_paths, 'choose', lambda *a, **k: (chosen, 'stand-in'))
     utils.set_seed(0)
@@ -566,19 +566,19 @@ def test_a_resumed_run_counts_the_interrupted_calls_and_ignores_a_forged_count(t
 
 def test_run_py_spaces_a_gpus_periodic_checkpoints_only():
     import run
-    from engine import checkpoint
+    from engine import presets
     args = run.parse_args(['pretrain', 'vanilla', 'wiki.txt', '--writing_params_path', 'x'])
     args.edition = '2021-23'
     assert stage_config(args, 'pretrain', 100, 'cpu').checkpoint_seconds == 0
     assert stage_config(args, 'pretrain', 100, 'cuda').checkpoint_seconds == \
-        checkpoint.GPU_SECONDS == 30
+        presets.GPU['checkpoint_seconds'] == 30
 
 
 def test_under_torchrun_rank_0s_clock_decides_whether_a_checkpoint_is_due(monkeypatch):
     """Every rank takes part in a save (its random states are gathered): the ranks must agree
     on the epochs that write one, so rank 0's clock decides, sent to all (an all_reduce max
     where only rank 0 puts in its answer)."""
-    from engine import checkpoint
+    from engine.training import checkpoint
     asked = []
 
     class Trainer:

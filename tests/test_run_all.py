@@ -76,7 +76,7 @@ def test_the_loss_curves_of_a_run_are_in_epochs_with_the_accuracies(finished_run
 
 
 def test_the_report_gives_each_pretraining_s_pace_and_flop_utilisation(finished_run):
-    from engine import inputs
+    from engine.command import inputs
     from test_benchmark import handout_training_flops
     record = dict(variant='vanilla', preset='handout', n_layer=4, bottleneck_dim=None,
                   precision='fp32', steps=50, epochs_trained=5, tokens=50 * 128 * 127, seconds=2.0)

@@ -93,7 +93,7 @@ def test_run_py_binds_the_starter_scripts_names(edition):
 
 def test_dataset_py_holds_no_name_of_the_cpu_recipe():
     assert not set(RECIPE) & bound(parsed('dataset.py').body)
-    from engine import cpu_recipe
+    from engine.command import cpu_recipe
     assert all(hasattr(cpu_recipe, name) for name in RECIPE)
 
 
@@ -104,10 +104,20 @@ HANDOUT_FILES = ['dataset.py', 'attention.py', 'model.py', 'models.py', 'trainer
 def modules_of_src():
     """{module name: path} of every module of src/: the handout's files and engine.*."""
     found = {f[:-3]: os.path.join(SRC, f) for f in os.listdir(SRC) if f.endswith('.py')}
-    engine = os.path.join(SRC, 'engine')
-    found.update({'engine.' + f[:-3]: os.path.join(engine, f)
-                  for f in os.listdir(engine) if f.endswith('.py') and f != '__init__.py'})
+    for folder, _, names in os.walk(os.path.join(SRC, 'engine')):
+        package = os.path.relpath(folder, SRC).replace(os.sep, '.')
+        found.update({package + '.' + f[:-3]: os.path.join(folder, f)
+                      for f in names if f.endswith('.py') and f != '__init__.py'})
     return found
+
+
+# The engine's floors, from the top: a module imports from its own floor or the floors below.
+# (The handout's files stand above them all.)
+FLOORS = ['engine.command', 'engine.training', 'engine.machine', 'engine.fast', 'engine']
+
+
+def floor_of(module):
+    return FLOORS.index(module.rsplit('.', 1)[0])
 
 
 def test_src_shows_the_handout_files_and_one_package_beside_them():
@@ -157,9 +167,32 @@ def imports_of(path, modules):
     return found & set(modules)
 
 
+def test_the_engine_is_a_few_packages_by_job_each_importing_only_downwards():
+    """engine/ shows its jobs (the command, training, fitting the machine, the model's fast
+    paths, and the few modules all of them share), no import runs back up a floor, and no
+    engine module is longer than one job needs (400 lines)."""
+    modules = modules_of_src()
+    engine = sorted(m for m in modules if m.startswith('engine.'))
+    assert {m.rsplit('.', 1)[0] for m in engine} == set(FLOORS)
+    assert len([m for m in engine if m.count('.') == 1]) <= 6  # (what everything shares)
+    up = {}
+    for m in engine:
+        for n in imports_of(modules[m], modules):
+            if n.startswith('engine.') and floor_of(n) < floor_of(m):
+                up.setdefault(m, []).append(n)
+    assert up == {}
+    long = {}
+    for m in engine:
+        with open(modules[m], encoding='utf-8') as f:
+            lines = f.read().count('\n')
+        if lines > 400:
+            long[m] = lines
+    assert long == {}
+
+
 def test_no_two_modules_import_each_other_directly_or_in_a_loop():
     modules = modules_of_src()
-    assert {'dataset', 'engine.presets', 'engine.command'} <= set(modules)
+    assert {'dataset', 'engine.presets', 'engine.command.flags'} <= set(modules)
     graph = {m: imports_of(path, modules) - {m} for m, path in modules.items()}
     assert 'engine.presets' in graph['dataset'] and 'engine.common' in graph['engine.presets']
     done, path = set(), []
@@ -181,7 +214,7 @@ def test_no_two_modules_import_each_other_directly_or_in_a_loop():
 def test_get_name_prediction_answers_as_evaluate_does():
     """utils.get_name_prediction (2022-23, 2024-25) runs, and gives evaluate's answer."""
     import torch
-    from engine import command
+    from engine.fast import decode
     import dataset
     import model
     import utils
@@ -195,7 +228,7 @@ def test_get_name_prediction_answers_as_evaluate_does():
     prompts = [q + dataset.MASK_CHAR for q in questions]
     answers = [utils.get_name_prediction(gpt, vocab, p) for p in prompts]
     encoded = [[vocab.stoi[c] for c in p] for p in prompts]
-    assert answers == command.predict(gpt, encoded, vocab, 'cpu')
+    assert answers == decode.predict(gpt, encoded, vocab, 'cpu')
     assert all(isinstance(a, str) for a in answers)
 
 
@@ -212,3 +245,24 @@ def test_the_handout_files_stay_the_size_a_student_reads_beside_the_starter():
     assert lines('dataset.py') <= 220 and lines('utils.py') <= 110
     assert lines('model.py', 'attention.py') <= 540
     assert lines(*HANDOUT_FILES) <= 1400
+
+
+
+def test_nothing_in_src_reads_the_results_pages():
+    """The product never reads its lab notebook: src/ holds no path under results/ (a string
+    that is one, or one handed to a call: open, os.path.join, ...); a citation in words may name
+    a page. A preset's expectations are its settings, and a results page may move or go."""
+    found = []
+    paths = modules_of_src()
+    paths['engine'] = os.path.join(SRC, 'engine', '__init__.py')
+    for name, path in sorted(paths.items()):
+        with open(path, encoding='utf-8') as f:
+            tree = ast.parse(f.read())
+        handed = {id(node) for call in ast.walk(tree) if isinstance(call, ast.Call)
+                  for arg in call.args for node in ast.walk(arg)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                    node.value.strip('./').split('/')[0] == 'results' and \
+                    (id(node) in handed or not any(c.isspace() for c in node.value)):
+                found.append(f'{name}:{node.lineno}: {node.value!r}')  # (a path, not a citation)
+    assert found == []

@@ -37,24 +37,26 @@ def tiny_gpt(**extra):
 def stage_config(args, stage, length, device='cpu'):
     """The TrainerConfig run.py trains `stage` with ('pretrain', 'finetune_scratch',
     'finetune_pretrained'): its handout values (run.py's own TrainerConfig for the edition,
-    which presets.HANDOUT mirrors: tests/test_schedule.py), through command.trainer_config, for a
+    which presets.HANDOUT mirrors: tests/test_schedule.py), through stages.trainer_config, for a
     pretraining corpus of `length` examples."""
-    from engine import command, presets
+    from engine import presets
+    from engine.command import stages
     import trainer
     values = presets.stage_values('handout', stage, args.edition)
     per_example = values.pop('final_tokens_per_example')
     keep = ('max_epochs', 'batch_size', 'learning_rate', 'lr_decay', 'warmup_tokens', 'num_workers')
     tconf = trainer.TrainerConfig(**{k: values[k] for k in keep}, final_tokens=per_example * length)
-    return command.trainer_config(args, stage, tconf, length, device)
+    return stages.trainer_config(args, stage, tconf, length, device)
 
 
 def preset_model(args, vocab, block, device='cpu', **changes):
     """The model run.py builds for `args` (the variant's GPTConfig, the preset's sizes), with
     `changes` to its config, and the slow machine's model where the preset offers one:
     (model, args.smaller)."""
-    from engine import command, cpu_recipe, devices
+    from engine import devices
+    from engine.command import cpu_recipe, stages
     randoms = devices.random_states(device)
-    mconf = command.model_config(args, model.config_for(args.variant, vocab, block,
+    mconf = stages.model_config(args, model.config_for(args.variant, vocab, block,
                                                         args.bottleneck_dim))
     for key, value in changes.items():
         setattr(mconf, key, value)

@@ -40,17 +40,18 @@ from torch.utils.data import DataLoader, Subset
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, 'src'))
-from engine import cpu_paths  # noqa: E402
+from engine.machine import cpu_paths  # noqa: E402
 import dataset  # noqa: E402
 from engine import devices  # noqa: E402
 import model  # noqa: E402
-from engine import loop, presets  # noqa: E402
+from engine import presets  # noqa: E402
+from engine.training import loop  # noqa: E402
 import trainer  # noqa: E402
 import utils  # noqa: E402
 from engine.datafiles import resolve  # noqa: E402
-from engine.decode import greedy_complete  # noqa: E402
+from engine.fast.decode import greedy_complete  # noqa: E402
 from engine.devices import bf16_supported  # noqa: E402
-from engine.flops import mfu, needed_lengths, peaks_of, training_flops  # noqa: E402
+from engine.fast.flops import mfu, needed_lengths, peaks_of, training_flops  # noqa: E402
 
 
 def build(variant, vocab, fast, preset='handout'):

@@ -19,9 +19,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(REPO, 'src'))
 import torch  # noqa: E402
 
-from engine import batches  # noqa: E402
-from engine import cpu_recipe  # noqa: E402
-from engine import inputs  # noqa: E402
+from engine.fast import batches  # noqa: E402
+from engine.command import cpu_recipe  # noqa: E402
+from engine.command import inputs  # noqa: E402
 import dataset  # noqa: E402
 import model  # noqa: E402
 from engine import presets  # noqa: E402

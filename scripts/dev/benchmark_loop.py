@@ -15,9 +15,9 @@ machine's CPUs (pinning and copying the batches to a GPU are not part of it).
 For each worker count, side by side (taking turns --rounds times): the DataLoader asked for an
 epoch's batches when the epoch starts (`afresh`, the code before 2026-11-27), the next epochs'
 batches built while an epoch ends (`ahead`), and these sent from the workers as bytes rather than
-as shared-memory tensors (`ahead, bytes`: engine/batches.py's default), and the newest loss
+as shared-memory tensors (`ahead, bytes`: engine/fast/batches.py's default), and the newest loss
 left on the device when a group of losses is read (`ahead, bytes, lagged reads`: the trainer's
-default on a GPU, engine/progress.py). Printed per
+default on a GPU, engine/training/progress.py). Printed per
 configuration: the device's idle time per step (the wall time over the steps' --step_ms), and
 the part of it at the epochs' first steps (per epoch); then what taking a batch the workers have
 already built costs the loop, as tensors and as bytes. The figures are this machine's: a GPU
@@ -34,11 +34,14 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(REPO, 'src'))
 import torch  # noqa: E402
 
-from engine import batches, inputs, loop, presets, progress  # noqa: E402
+from engine import presets  # noqa: E402
+from engine.command import inputs  # noqa: E402
+from engine.fast import batches  # noqa: E402
+from engine.training import loop, progress  # noqa: E402
 import dataset  # noqa: E402
-from engine.cpu_paths import cpu_model  # noqa: E402
+from engine.machine.cpu_paths import cpu_model  # noqa: E402
 from engine.datafiles import resolve  # noqa: E402
-from engine.plan import Plan  # noqa: E402
+from engine.machine.plan import Plan  # noqa: E402
 import trainer  # noqa: E402
 
 
@@ -77,7 +80,7 @@ def busy(seconds, clock=time.perf_counter):
 MODES = {  # name -> (Batches.across, Batches.as_bytes, the log's lag)
     'afresh': (False, False, False),  # the loader asked for each epoch's batches at its start
     'ahead': (True, False, False),  # the next epoch's batches built while an epoch ends
-    'ahead, bytes': (True, True, False),  # and sent as bytes (engine/batches.py's default)
+    'ahead, bytes': (True, True, False),  # and sent as bytes (engine/fast/batches.py's default)
     # and the newest loss left on the device when a group is read (progress.py; a GPU's default)
     'ahead, bytes, lagged reads': (True, True, True),
 }

@@ -1,7 +1,7 @@
 """How fast run.py pretrains on this CPU, idle, beside scripts/load.py's light and heavy loads, and
 beside the heavy one for the run's first seconds only: with OpenMP's default wait policy (threads
 spin) and every thread, with passive waiting and every thread, with one thread, and with run.py's
-own choice (src/engine/cpu_load.py: spinning threads, one per core the other processes leave,
+own choice (src/engine/machine/cpu_load.py: spinning threads, one per core the other processes leave,
 re-measured every 5 s).
 
     python scripts/dev/benchmark_wait.py [--rounds 2] [--lines 1344] [--out results/wait-policy.md]
@@ -24,8 +24,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, 'src'))
-from engine.cpu_load import FIXED  # noqa: E402
-from engine.cpu_paths import cpu_model  # noqa: E402
+from engine.machine.cpu_load import FIXED  # noqa: E402
+from engine.machine.cpu_paths import cpu_model  # noqa: E402
 from engine.datafiles import resolve  # noqa: E402
 
 SETTINGS = {  # name -> environment changes

@@ -5,7 +5,7 @@
 
 The handout's training batches of one stage (pretraining on wiki.txt, or finetuning on
 birth_places_train.tsv), drawn as the trainer draws them (seed 0, the file's order), trimmed as a
-recorded step trims them (engine/graphs.py). For each N: the sizes the steps pack to
+recorded step trims them (engine/fast/graphs.py). For each N: the sizes the steps pack to
 (fastpath.packed_size) and how many batches have each; each size a CUDA graph under
 --compile graphs. Also the positions the loss needs, against the positions of the batch; and
 for each number of groups (run.py --pack_groups, with the first N): the share of the causal
@@ -22,7 +22,8 @@ sys.path.insert(0, os.path.join(REPO, 'src'))
 import torch  # noqa: E402
 
 import dataset  # noqa: E402
-from engine import batches, fastpath, graphs, presets  # noqa: E402
+from engine import presets  # noqa: E402
+from engine.fast import batches, fastpath, graphs  # noqa: E402
 from engine.datafiles import resolve  # noqa: E402
 import utils  # noqa: E402
 

@@ -29,8 +29,10 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchmark  # noqa: E402  (its sys.path holds src/)
-from engine import graphs, loop, presets  # noqa: E402
-from engine.batches import batch_indices, collate  # noqa: E402
+from engine import presets  # noqa: E402
+from engine.fast import graphs  # noqa: E402
+from engine.training import loop  # noqa: E402
+from engine.fast.batches import batch_indices, collate  # noqa: E402
 from engine.datafiles import resolve  # noqa: E402
 from engine.devices import autocast  # noqa: E402
 import dataset  # noqa: E402

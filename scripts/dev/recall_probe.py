@@ -22,16 +22,16 @@ from types import SimpleNamespace
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, 'src'))
-from engine import command  # noqa: E402
-from engine import cpu_recipe  # noqa: E402
+from engine.command import stages  # noqa: E402
+from engine.command import cpu_recipe  # noqa: E402
 from engine import devices  # noqa: E402
-from engine import inputs  # noqa: E402
+from engine.command import inputs, params  # noqa: E402
 import dataset  # noqa: E402
 import model  # noqa: E402
 from engine import presets  # noqa: E402
 from engine.common import UsageError  # noqa: E402
 from engine.datafiles import resolve  # noqa: E402
-from engine.decode import greedy_complete  # noqa: E402
+from engine.fast.decode import greedy_complete  # noqa: E402
 
 QUESTION = re.compile(r'^Where was (.+) born\?$')
 LONGEST = int(presets.BLOCK_SIZE * 7 / 8)  # CharCorruptionDataset's longest truncation
@@ -82,11 +82,11 @@ def main(argv=None):
         settings = SimpleNamespace(preset=args.preset, plain=False, dropout=None,
                                    variant=args.variant, bottleneck_dim=args.bottleneck_dim,
                                    function='evaluate', resume=False, reading_params_path=args.params)
-        mconf = command.model_config(settings, model.config_for(
+        mconf = stages.model_config(settings, model.config_for(
             args.variant, vocab.vocab_size, presets.BLOCK_SIZE, args.bottleneck_dim))
         randoms = devices.random_states('cpu')
         gpt = cpu_recipe.fit_model(settings, model.GPT(mconf), mconf, model.GPT, 'cpu', randoms)
-        inputs.load_params(gpt, args.params, command.describe_model(settings), 'cpu')
+        params.load_params(gpt, args.params, stages.describe_model(settings), 'cpu')
     except UsageError as e:
         print(f'error: {e}', file=sys.stderr)
         sys.exit(2)

@@ -20,16 +20,16 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(REPO, 'src'))
 import torch  # noqa: E402
 
-from engine import command  # noqa: E402
-from engine import inputs  # noqa: E402
+from engine.fast import decode  # noqa: E402
+from engine.command import inputs  # noqa: E402
 import dataset  # noqa: E402
 import model  # noqa: E402
 from engine import presets  # noqa: E402
 import trainer  # noqa: E402
-from engine.cpu_recipe import BORN, born_cut, born_view, undated  # noqa: E402
+from engine.command.cpu_recipe import BORN, born_cut, born_view, undated  # noqa: E402
 from dataset import MASK_CHAR, PAD_CHAR  # noqa: E402
 from engine.datafiles import resolve  # noqa: E402
-from engine.decode import greedy_complete  # noqa: E402
+from engine.fast.decode import greedy_complete  # noqa: E402
 from recall_probe import probes  # noqa: E402
 
 VAL_PEOPLE = 200
@@ -141,7 +141,7 @@ def stored(gpt, vocab, wiki_lines, eval_lines, form='line'):
 def extracted(gpt, vocab, eval_lines):
     questions = [l.split('\t') for l in eval_lines]
     prompts = [[vocab.stoi[c] for c in q + MASK_CHAR] for q, _ in questions]
-    answers = command.predict(gpt, prompts, vocab, 'cpu')
+    answers = decode.predict(gpt, prompts, vocab, 'cpu')
     return sum(a == p for a, (_, p) in zip(answers, questions)) / len(questions), answers
 
 
@@ -150,7 +150,7 @@ def train_steps(gpt, data, steps, learning_rate, warmup_steps, batch_size, weigh
     """`steps` batches of `data` (one pass), the learning rate warmed up over `warmup_steps` and
     decayed by the cosine to its floor at the last step; the weight decay on the parameters
     `decay_rule` names (loop.optimizer_groups); schedule 'wsd': the peak held until the last
-    fifth, then a straight line to the floor (TrainerConfig.decay_share, engine/budget.py)."""
+    fifth, then a straight line to the floor (TrainerConfig.decay_share, engine/machine/budget.py)."""
     row = (presets.BLOCK_SIZE - 1) * batch_size
     tconf = trainer.TrainerConfig(max_epochs=1, batch_size=batch_size,
                                   learning_rate=learning_rate, lr_decay=True,

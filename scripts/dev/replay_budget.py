@@ -22,7 +22,7 @@ import types
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, 'src'))
-from engine import budget as rules  # noqa: E402
+from engine.machine import budget as rules  # noqa: E402
 from engine.common import OneLineParser  # noqa: E402
 
 STEPS, TOKENS = 62, 62 * 64 * 128  # cpu-20min's steps and tokens per pretraining epoch

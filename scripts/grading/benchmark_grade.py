@@ -24,7 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, 'src'))
-from engine.cpu_paths import cpu_model  # noqa: E402
+from engine.machine.cpu_paths import cpu_model  # noqa: E402
 import sample_submission  # noqa: E402
 import submission  # noqa: E402
 

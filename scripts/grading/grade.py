@@ -43,15 +43,16 @@ sys.path.insert(0, os.path.join(REPO, 'src'))
 import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from engine import command  # noqa: E402
+from engine.command import stages  # noqa: E402
+from engine.fast import decode  # noqa: E402
 from engine import common  # noqa: E402
 from engine import datafiles  # noqa: E402
 import dataset  # noqa: E402
 from engine import devices  # noqa: E402
 import gradescope  # noqa: E402
 import model  # noqa: E402
-from engine import inputs  # noqa: E402
-from engine import paths  # noqa: E402
+from engine.command import inputs, params  # noqa: E402
+from engine.command import paths  # noqa: E402
 import run  # noqa: E402
 import spec_check  # noqa: E402
 import submission  # noqa: E402
@@ -123,8 +124,8 @@ class Grader:
         mconf = model.config_for(variant, self.vocab.vocab_size, self.vocab.block_size,
                                  bottleneck_dim)
         with contextlib.redirect_stdout(io.StringIO()):  # its "number of parameters" line
-            gpt = model.GPT(command.model_config(cmd, mconf)).to(self.device)
-        return gpt, command.describe_model(cmd)
+            gpt = model.GPT(stages.model_config(cmd, mconf)).to(self.device)
+        return gpt, stages.describe_model(cmd)
 
     def request(self):
         """What the dataset check asks of every submission (made once per run, from --seed)."""
@@ -338,9 +339,9 @@ class Grader:
             variant = name.split('.')[0]
             gpt, wanted = self.model(variant)
             try:
-                state = inputs.read_state(path, 'cpu', max_bytes=params_cap(gpt))
-                problem = inputs.params_mismatch(gpt, state, wanted)
-            except inputs.ParamsProblem as e:
+                state = params.read_state(path, 'cpu', max_bytes=params_cap(gpt))
+                problem = params.params_mismatch(gpt, state, wanted)
+            except params.ParamsProblem as e:
                 r['params'][name] = str(e)
                 r['errors'].append(f'{name}: {e}')
                 continue
@@ -362,11 +363,11 @@ class Grader:
         if variant != 'perceiver' or c is None or c.dim() != 3 or not 0 < c.shape[1] <= 128:
             return None
         gpt, wanted = self.model(variant, int(c.shape[1]))
-        return gpt if inputs.params_mismatch(gpt, state, wanted) is None else None
+        return gpt if params.params_mismatch(gpt, state, wanted) is None else None
 
     def reproduce(self, gpt, name, submitted, r):
         split = name.split('.')[-2]
-        ours = command.predict(gpt, self.prompts[split], self.vocab, self.device, 'fp32',
+        ours = decode.predict(gpt, self.prompts[split], self.vocab, self.device, 'fp32',
                                DECODE_BATCH)
         differ = [i for i, (a, b) in enumerate(zip(submitted, ours)) if a != b]
         r['reproduced'][name] = round(1 - len(differ) / len(ours), 4)

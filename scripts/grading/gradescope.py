@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.join(REPO, 'src'))
 sys.path.insert(0, HERE)
 from engine import common  # noqa: E402
 from engine import datafiles  # noqa: E402
-from engine import paths  # noqa: E402
+from engine.command import paths  # noqa: E402
 import submission  # noqa: E402
 RUBRIC = os.path.join(HERE, 'rubric.json')
 AUTOGRADER = os.path.join(HERE, 'autograder')  # setup.sh and run_autograder

@@ -29,7 +29,7 @@ import zipfile
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, 'src'))
 from engine.common import OneLineParser  # noqa: E402 (standard library only, as this module)
-from engine.paths import output_problem  # noqa: E402
+from engine.command.paths import output_problem  # noqa: E402
 DATA_FILES = ['wiki.txt', 'birth_places_train.tsv', 'birth_dev.tsv', 'birth_test_inputs.tsv']
 # what the 2021-23 handouts' collect_submission.sh zips of the data, in its order; birth_test_inputs.tsv
 # is read here only to count the test predictions' lines

@@ -28,7 +28,7 @@ from torch.utils.flop_counter import FlopCounterMode
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, 'src'))
 import model  # noqa: E402  (src/model.py)
-from engine.cpu_paths import cpu_model  # noqa: E402
+from engine.machine.cpu_paths import cpu_model  # noqa: E402
 
 MIX_OPS = ('aten.bmm',)                 # q @ k^T and att @ v (4-D matmuls become bmm)
 LINEAR_OPS = ('aten.addmm', 'aten.mm')  # nn.Linear with and without bias

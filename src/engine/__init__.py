@@ -2,20 +2,24 @@
 
 The handout's files (src/*.py: dataset, attention, model, models, trainer, run, utils,
 london_baseline) keep the starter's names, keys and printed lines and call this package at a few
-named points. Nothing here is the handout's; each module says what it holds in its first line:
+named points. Nothing here is the handout's, and nothing here imports a handout file: what it
+needs of them is handed to it. Four rooms by job, each importing only from the rooms below it
+(tests/test_starter_names.py); each module says what it holds in its first line:
 
-  presets      every hyperparameter, as named presets (the handout's values first)
-  command      run.py's flags beyond the starter's, its checks, building, saving, predicting
-  inputs, paths, datafiles   the files a command reads and may write, checked before any work
-  cpu_recipe   the CPU recipes' data and model (presets cpu-20min, cpu-45min, cpu-rehearsal)
-  loop         the training loop Trainer.train runs by default: the starter's steps, faster
-  fastmodel    the fused kernel's branch; the forward over packed rows and decoding caches
-  plan         the machine measured once, before training: the run's plan
-  extras       what attaches to the trainer's named points, in order
-  budget, checkpoint, cpu_load, cpu_paths, progress   those extras: time budget, resume,
-               threads under load and the load said at the end, precision/attention path,
-               the training log
-  batches, measure, weight_decay, devices, distributed, fastpath, decode, common
-               batching, timing steps, optimizer groups, device and precision, torchrun,
-               the bookkeeping that skips padding, batched decoding, shared helpers
+  command/   the command: run.py's flags and their checks (flags), the stages it sets up
+             (stages: device, seeds, settings line, configs), the files it reads (inputs,
+             params) and may write (paths), what it leaves (records), the CPU recipes' data and
+             model (cpu_recipe)
+  training/  the loop Trainer.train runs by default (loop) and what attaches to its named points
+             (extras: checkpoint, progress, and the rooms below), minGPT's weight-decay rule
+  machine/   fitting the run to the machine: the plan measured once before training (plan,
+             measure), the time budget's schedule (budget), the CPU's load and fastest path
+             (cpu_load, cpu_paths)
+  fast/      the model's fast paths: the fused kernel's branch and packed rows (fastmodel,
+             fastpath), batches (batches), recorded CUDA graphs (graphs), batched decoding
+             (decode), the model's FLOPs (flops)
+
+and, under them all, what every room shares: presets (every hyperparameter, as named presets),
+datafiles (the data set up and checked), devices (device and precision), distributed (torchrun)
+and common (one-line errors, whole-or-nothing writes).
 """

@@ -107,7 +107,7 @@ class GraphedSteps(torch.nn.Module):
 def wrapped(model, device, compile=False):
     """The model a training step calls: DDP-wrapped under torchrun, compiled when asked
     (compile: True or 'default', or 'reduce-overhead': CUDA graphs on a GPU as well; 'graphs'
-    compiles nothing). Any other value is a caller's mistake: command.check_args resolves
+    compiles nothing). Any other value is a caller's mistake: flags.check_args resolves
     'auto', and an unresolved one compiled the model unasked."""
     if compile not in (False, None, True, 'default', 'reduce-overhead', 'graphs'):
         raise ValueError(f'wrapped: compile must be False, True, \'default\', '
@@ -118,7 +118,7 @@ def wrapped(model, device, compile=False):
         model = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == 'cuda' else None,
             broadcast_buffers=False)
-    if compile and compile != 'graphs':  # (graphs: engine/graphs.py records the whole step)
+    if compile and compile != 'graphs':  # (graphs: engine/fast/graphs.py records the whole step)
         # On a CPU, fastmodel.packed_loss packs each batch to its own number of positions: a graph
         # for any size, or it would recompile for every new size.
         graphs = compile == 'reduce-overhead'

@@ -6,7 +6,6 @@ The editions of the assignment (EDITIONS) differ in a few of these facts.
 A preset only fills in what a command line leaves unset: `--max_epochs`, `--batch_size`,
 `--pretrain_lr`, `--finetune_lr` given explicitly always win.
 """
-import json
 import os
 import sys
 
@@ -14,8 +13,6 @@ if __name__ == '__main__':  # python src/engine/presets.py: import engine from s
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from engine.common import UsageError
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # The model: "known to work, don't change" (run.py's GPTConfig call and block_size)
 MODEL = dict(n_layer=4, n_head=8, n_embd=256)
@@ -25,7 +22,7 @@ BOTTLENECK_DIM = 32  # --bottleneck_dim default; the perceiver handout's command
 # The handout's trainer.py: its DataLoader takes the dataset in its order (no shuffle), and its
 # optimizer decays every parameter whose name has neither "bias" nor "LayerNorm.weight" in it
 # (TrainerConfig.shuffle, .decay_rule; loop.optimizer_groups). Its learning rate follows the
-# cosine from the warmup on (decay_share None: no rate held at its peak, engine/budget.py).
+# cosine from the warmup on (decay_share None: no rate held at its peak, engine/machine/budget.py).
 HANDOUT_TRAINER = dict(shuffle=False, decay_rule='names', decay_share=None)
 HANDOUT = {
     # python src/run.py pretrain ...
@@ -46,6 +43,15 @@ HANDOUT = {
 # weight_decay is the TrainerConfig default, which run.py keeps.
 # final_tokens is 200 * len(pretrain_dataset) * block_size in every handout stage (the
 # pretraining corpus's length, even when finetuning), hence "per example" of that corpus.
+
+
+# How a run is carried out on one GPU rather than a CPU: the same function, other random draws
+# (docs/gpu.md). Recorded pretraining steps computing only the positions that can change the loss,
+# rounded up to a multiple of pack_multiple (packing made the recorded pretraining step faster and
+# the finetuning one slower); periodic checkpoints at most every checkpoint_seconds (a GPU's epochs
+# take a fraction of a second, and each checkpoint writes the model and AdamW); the losses read
+# back every log_every steps (each read waits for the GPU; tensorboard still gets every step).
+GPU = dict(pack_multiple=512, checkpoint_seconds=30, log_every=25)
 
 
 # The editions of the assignment, where their starter code differs. '2021-23': the synthesizer
@@ -157,11 +163,11 @@ def _preset(model=None, rehearsal_lead=None, mix=None, time_budget=None, slow=No
     speed: precision 'auto' measures bf16 against fp32 and torch's threads follow the machine's
     load (the same seed may then give params that differ by float noise); False computes in fp32
     on a fixed thread count, as the handout's starter does, unless --precision asks otherwise.
-    under_load: the JSON file (relative to the checkout) of the preset's runs measured by load
-    ({source: where the runs are, runs: {condition: {layers, steps: [fewest, most], dev: what
-    they answered}}}, one condition 'idle'), which a run that trained fewer steps than the idle
-    ones names at its end (cpu_load.SawLoad); None: nothing measured. seed: python's and torch's seed where --seed is not typed; None: the
-    edition's starter's (command.seeds)."""
+    under_load: the preset's runs measured by load ({source: the results page of the runs,
+    runs: {condition: {layers, steps: (fewest, most), dev: what they answered}}}, one condition
+    'idle'), which a run that trained fewer steps than the idle ones names at its end
+    (cpu_load.SawLoad); None: nothing measured. seed: python's and torch's seed where --seed is not typed; None: the
+    edition's starter's (stages.seeds)."""
     preset = {stage: {**values, **stage_changes.get(stage, {})} for stage, values in HANDOUT.items()}
     preset['model'] = {**MODEL, **(model or {})}
     preset['rehearsal_lead'] = rehearsal_lead
@@ -210,9 +216,20 @@ CPU_MIX = dict(
     adapts=True,
 )
 
-# The runs `bash scripts/main.sh` (cpu-20min) measured by load, which a run that trained fewer
-# steps names at its end (measurements: they live with the runs, not here)
-CPU_20MIN_UNDER_LOAD = 'results/cpu-20min/under-load.json'
+# What cpu-20min's runs (`bash scripts/main.sh`) trained and answered by the machine's load, which
+# a run that trained fewer steps than the idle ones names at its end (cpu_load.SawLoad). A
+# setting of the preset, summed up from its runs on results/cpu-20min/ (runs 16-31, the rate held
+# at its peak; tests/test_results_figures.py recomputes it from them); nothing reads that page.
+CPU_20MIN_UNDER_LOAD = dict(
+    source='results/cpu-20min/README.md: runs 16-31, the rate held at its peak',
+    runs={
+        'idle': dict(layers=4, steps=(2914, 3162), dev='32.0-37.6% (3 runs)'),
+        'beside the light load': dict(layers=4, steps=(2294, 2604), dev='19.2-29.0% (3 runs)'),
+        'with one core (beside the heavy load, or taskset)':
+            dict(layers=2, steps=(3472, 3968), dev='10.8-14.0% (6 runs)'),
+        'with one core, the 4 layers kept': dict(layers=4, steps=(2046, 2356),
+                                                 dev='11.0-17.8% (4 runs)'),
+    })
 
 PRESETS = {
     'handout': _preset(),
@@ -288,19 +305,11 @@ def adapts(preset):
 
 
 def under_load(preset):
-    """The preset's measured runs by load (see _preset: read from the file its `under_load`
-    names, relative to the checkout), or None: none measured, or the file not there (a copy of
-    src/ without results/)."""
-    path = PRESETS[preset]['under_load']
-    if path is None:
+    """The preset's runs measured by load (see _preset), a copy, or None: none measured."""
+    measured = PRESETS[preset]['under_load']
+    if measured is None:
         return None
-    try:
-        with open(os.path.join(REPO, path), encoding='utf-8') as f:
-            measured = json.load(f)
-    except (OSError, ValueError):
-        return None
-    runs = {name: dict(run, steps=tuple(run['steps'])) for name, run in measured['runs'].items()}
-    return dict(source=measured['source'], runs=runs)
+    return dict(measured, runs={name: dict(run) for name, run in measured['runs'].items()})
 
 
 def model_values(preset):

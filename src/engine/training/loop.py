@@ -15,24 +15,28 @@ import time
 
 import torch
 
-from engine import cpu_load, distributed, extras, graphs, plan as planning
-from engine.batches import (Batches, batch_indices, collate, steps_per_epoch, to_device,
+from engine import distributed, presets
+from engine.fast import graphs
+from engine.machine import cpu_load, plan as planning
+from engine.training import extras
+from engine.fast.batches import (Batches, batch_indices, collate, steps_per_epoch, to_device,
                             trim_padding, workers_for)
-from engine.budget import Schedule, cosine_progress
+from engine.machine.budget import Schedule, cosine_progress
 from engine.common import save_state_dict
 from engine.devices import autocast as autocast_for
-from engine.progress import Progress
-from engine.weight_decay import matmul_groups
+from engine.training.progress import Progress
+from engine.training.weight_decay import matmul_groups
 
 
 class Settings:
     """The engine's settings of a run, the defaults under the handout's TrainerConfig (its base
     class): its own settings are the starter's, these say how the engine runs them."""
-    # engine: this loop (False: the starter's own, in trainer.py). decay_rule, shuffle: the
-    # starter decays by name and takes the batches in order; the CPU presets keep minGPT's
-    # 'matmul' rule and a shuffle, with which they were tuned. cpu_workers: DataLoader worker
-    # processes on a CPU too (they take its cores)
-    engine, decay_rule, shuffle, cpu_workers = True, 'names', False, 0
+    # engine: this loop (False: the starter's own, in trainer.py). cpu_workers: DataLoader worker
+    # processes on a CPU too (they take its cores). decay_rule, shuffle, decay_share: the
+    # handout trainer's (presets.HANDOUT_TRAINER: by name, in order, the cosine from the warmup)
+    engine, cpu_workers = True, 0
+    decay_rule, shuffle, decay_share = (presets.HANDOUT_TRAINER[key] for key in
+                                        ('decay_rule', 'shuffle', 'decay_share'))
     # how the steps run: the device, 'fp32', 'tf32' (a GPU's), 'bf16' or 'fp16' (autocast; fp16
     # with loss scaling) or 'auto'
     # (measured: plan.py, remembered in path_cache), compiled or not, trimmed lengths rounded up
@@ -42,11 +46,11 @@ class Settings:
     pad_multiple, pack_multiple, pack_groups, log_every = 8, 0, 1, 1
     # resume (resume_path every checkpoint_every epochs, checkpoint_seconds apart); the time
     # budget (budget.py: seconds from start_time, and what may grow or follow); threads that
-    # follow the load; runs measured under load (presets.py); a CPU recipe's decay_share and its
-    # model for slow machines
+    # follow the load; runs measured under load (presets.py); a CPU recipe's model for slow
+    # machines
     resume_path, resume, checkpoint_every, checkpoint_seconds = None, False, 0, 0
     time_budget, start_time, budget_may_grow, budget_after = None, None, False, 0
-    follow_load, under_load, decay_share, smaller = False, None, None, None
+    follow_load, under_load, smaller = False, None, None
 
 
 def lr_multiplier(tokens, plan):
@@ -107,9 +111,9 @@ def train_step(model, optimizer, autocast, x, y, config, device):
 
 class Run:
     """A training run's state: what the loop, its extras (extras.py) and the run's record
-    (command.save_params) share, the one object they are handed. Made by the Trainer from its
+    (records.save_params) share, the one object they are handed. Made by the Trainer from its
     model, datasets and config (the model moved to config.device); plan: the machine measured
-    before (engine/plan.py; made when training starts if None); clock, cpu_times: what the
+    before (engine/machine/plan.py; made when training starts if None); clock, cpu_times: what the
     extras read for time and the machine's load (tests: their own); save_checkpoint: the
     Trainer's, called after every epoch as the starter's loop calls it."""
 

@@ -9,8 +9,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import torch
 
-from engine.batches import collate
-from engine.fastpath import kept_lengths
+from engine.fast.batches import collate
+from engine.fast.fastpath import kept_lengths
 
 # Dense peak TFLOP/s (fp32 without tensor cores; tf32 and bf16 on tensor cores, without the
 # data sheets' 2:4 sparsity) from NVIDIA's data sheets, matched against torch.cuda.get_device_name().

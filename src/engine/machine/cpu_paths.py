@@ -20,9 +20,9 @@ import sys
 import torch
 
 from engine.common import WriteFailed, atomic_write
-from engine.cpu_load import busy
+from engine.machine.cpu_load import busy
 from engine.devices import bf16_supported
-from engine.measure import median
+from engine.machine.measure import median
 
 PATH_CACHE_FORMAT = 'cs224n-minGPT measured CPU paths, 2'  # 2: each choice with its figures
 OLD_FORMATS = ('cs224n-minGPT measured CPU paths, 1',)  # choices without figures: measured anew

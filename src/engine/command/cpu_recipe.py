@@ -1,7 +1,7 @@
 """Engine (free to change): the CPU recipes' data and model.
 
 Presets cpu-20min, cpu-45min and cpu-rehearsal. None of this is in the starter code, and none of
-it runs under the handout's preset: run.py calls `fit_model` and command.training calls
+it runs under the handout's preset: run.py calls `fit_model` and stages.training calls
 `training_data`, where a preset asks for a recipe. What each piece is for and what it reached:
 docs/cpu-recipe.md.
 
@@ -21,7 +21,7 @@ from torch.utils.data import ConcatDataset, Dataset
 
 from engine import devices
 from engine import distributed
-from engine import inputs
+from engine.command import inputs, params
 from engine import presets
 
 
@@ -150,7 +150,7 @@ def saved_state(args):
             return torch.load(args.writing_params_path + '.ckpt', map_location='cpu',
                               weights_only=True)['model']
         if args.reading_params_path is not None and args.function != 'pretrain':
-            return inputs.read_state(args.reading_params_path)
+            return params.read_state(args.reading_params_path)
     except Exception:
         return None
     return None
@@ -176,7 +176,7 @@ def fit_model(args, model, mconf, make, device, randoms):
         return make(conf).to(device)
     saved = saved_state(args)
     if saved is not None:
-        return build() if inputs.layers_of(saved) == slow['model']['n_layer'] else model
+        return build() if params.layers_of(saved) == slow['model']['n_layer'] else model
     if args.function == 'pretrain':
         args.smaller = (build, slow['below_steps'])
     return model

@@ -4,11 +4,11 @@ What a run attaches to the handout's loop at its named points, in the order they
 machine is measured before the Trainer exists (plan.py); during training only the re-plan acts
 (the threads at the load, the epochs at the pace) and resume, and an epoch's re-plan comes
 before the checkpoint that saves it; the epochs' clock comes last."""
-from engine.budget import TimeBudget, budgeted
-from engine.checkpoint import Resumable
-from engine.cpu_load import FollowLoad, SawLoad
-from engine.plan import follows
-from engine.progress import EpochClock
+from engine.machine.budget import TimeBudget, budgeted
+from engine.training.checkpoint import Resumable
+from engine.machine.cpu_load import FollowLoad, SawLoad
+from engine.machine.plan import follows
+from engine.training.progress import EpochClock
 
 
 def for_run(run):

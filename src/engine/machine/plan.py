@@ -24,14 +24,14 @@ from typing import Optional
 
 import torch
 
-from engine import cpu_load
-from engine import cpu_paths
+from engine.machine import cpu_load
+from engine.machine import cpu_paths
 from engine import distributed
-from engine import graphs
-from engine.batches import steps_per_epoch, workers_for
-from engine.budget import budgeted, epochs_that_fit, kept
+from engine.fast import graphs
+from engine.fast.batches import steps_per_epoch, workers_for
+from engine.machine.budget import budgeted, epochs_that_fit, kept
 from engine.common import UsageError
-from engine.measure import StepTimer, median
+from engine.machine.measure import StepTimer, median
 
 LOAD_SECONDS = 1.0  # the first steps run at least this long: the window the load is read over
 

@@ -1,4 +1,4 @@
-"""Engine (free to change): batched greedy decoding.
+"""Engine (free to change): batched greedy decoding, and the evaluation's answers from it.
 
 It returns exactly what the handout's one-question-at-a-time loop returns (`utils.sample(model,
 x, steps, sample=False)` for each prompt), only faster:
@@ -22,8 +22,9 @@ from collections import defaultdict
 import torch
 from torch.nn import functional as F
 
-from engine.fastmodel import transformer
-from engine.fastpath import KVCache, Packing
+from engine import devices
+from engine.fast.fastmodel import transformer
+from engine.fast.fastpath import KVCache, Packing
 
 
 def _pick(logits):
@@ -138,3 +139,27 @@ def greedy_complete(model, prompts, steps, stop_id=None, stop_count=2, batch_siz
         for r, seq in zip(rows, seqs):
             out[r] = seq
     return out
+
+
+def mask_of(stoi):
+    """The mask character of a vocabulary (id 1: SPEC's vocabulary, every edition's)."""
+    return next(c for c, i in stoi.items() if i == 1)
+
+
+def predict(gpt, prompts, vocab, device, precision='fp32', batch_size=256):
+    """The handout's greedy answers to inputs.read_questions' prompts, batched: one string per
+    prompt ('' for a blank line)."""
+    gpt.eval()
+    mask = mask_of(vocab.stoi)
+    questions = [p for p in prompts if p is not None]
+    completions = iter(greedy_complete(gpt, questions, 32, stop_id=vocab.stoi[mask], stop_count=2,
+                                       batch_size=batch_size, device=device,
+                                       autocast=devices.autocast(device, precision)))
+    predictions = []
+    for prompt in prompts:
+        if prompt is None:  # a blank line: nothing asked, nothing predicted
+            predictions.append('')
+            continue
+        completion = ''.join([vocab.itos[int(i)] for i in next(completions)])
+        predictions.append(completion.split(mask)[1])
+    return predictions

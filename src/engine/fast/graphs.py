@@ -24,7 +24,7 @@ import sys
 
 import torch
 
-from engine.batches import laid_out, trim_padding
+from engine.fast.batches import laid_out, trim_padding
 
 WIDTH = 32  # columns are padded to a multiple of this: at most block_size / WIDTH shapes
 

@@ -5,7 +5,7 @@ exists."""
 import torch
 
 from engine import distributed
-from engine.batches import batch_indices, collate
+from engine.fast.batches import batch_indices, collate
 from engine.devices import autocast, random_states, set_random_states
 
 

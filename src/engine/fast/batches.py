@@ -19,7 +19,7 @@ import signal
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from engine.fastpath import layout
+from engine.fast.fastpath import layout
 
 
 def trim_padding(x, y, multiple=1):
@@ -35,7 +35,7 @@ def trim_padding(x, y, multiple=1):
 def to_device(x, y, device, config):
     """(x, y, packed): a training batch as the step takes it. x and y trimmed to a multiple of
     config.pad_multiple columns (trim_padding; 0: as they are, a recorded step's own input
-    tensors, engine/graphs.py) and on `device`, pinned after the trim (which copies) on a GPU,
+    tensors, engine/fast/graphs.py) and on `device`, pinned after the trim (which copies) on a GPU,
     so that the copies overlap its work instead of waiting for it. packed: how many positions
     the model computes (and with config.pack_groups, in which groups of rows, these sorted by
     length), counted while y is on the host (fastpath.layout), where config.pack_multiple asks

@@ -16,12 +16,6 @@ from engine.common import UsageError, atomic_write, state_difference
 from engine.devices import random_states, set_random_states
 
 
-# A GPU's periodic checkpoints come at most this often: its epochs of the handout take a fraction
-# of a second, and a checkpoint of the model and AdamW (written and synced) every few epochs would
-# be a real share of a short run (Resumable.due)
-GPU_SECONDS = 30
-
-
 def spent(run):
     """The calls this run has taken so far and their seconds (the whole command's, and its
     training's alone), this call's up to now included: a resumed run's record counts them all,
@@ -116,7 +110,7 @@ class Resumable:
             self.save(run, epoch + 1, 0, run.generator.get_state())
 
     def due(self, run):
-        """Whether checkpoint_seconds have passed since the last checkpoint (GPU_SECONDS on a
+        """Whether checkpoint_seconds have passed since the last checkpoint (presets.GPU's on a
         GPU). Under torchrun rank 0's clock decides for all: every rank takes part in a save."""
         seconds = run.config.checkpoint_seconds
         if not seconds:

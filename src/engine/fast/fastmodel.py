@@ -13,7 +13,7 @@ import math
 import torch.nn as nn
 from torch.nn import functional as F
 
-from engine.fastpath import Dropout, by_spans, causal_math, loss_groups, visible
+from engine.fast.fastpath import Dropout, by_spans, causal_math, loss_groups, visible
 
 
 # ---- attention ----------------------------------------------------------------------------------

@@ -1,0 +1,357 @@
+"""Engine (free to change): run.py's command line: the flags beyond the handout's, the arguments
+declared, and every check of them before any work.
+
+run.py parses its own flags (the starter's); add_engine_flags adds the engine's, parsed() turns
+the result into Args (the parser's flags and what ADDED declares, nothing else), check_args
+refuses a bad input in one line before anything is read or written, and claims the outputs."""
+import argparse
+import copy
+import math
+import os
+import shutil
+import sys
+import time
+
+from engine import common
+from engine import devices
+from engine.command import inputs
+from engine.command import paths
+from engine import presets
+from engine.command import stages
+from engine.common import UsageError
+from engine.datafiles import resolve
+
+IMPORTED = time.time()  # (the run's record splits its time: the imports, then the rest)
+FUNCTIONS = ('pretrain', 'finetune', 'evaluate')
+
+
+def process_start():
+    """When this process started (wall clock): a --time_budget counts from there, imports
+    included. From /proc where there is one, else when this module was imported."""
+    try:
+        with open('/proc/self/stat') as f:
+            ticks = int(f.read().rsplit(')', 1)[1].split()[19])
+        with open('/proc/stat') as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith('btime'))
+        started = boot + ticks / os.sysconf('SC_CLK_TCK')
+        return started if started <= IMPORTED else IMPORTED
+    except (OSError, ValueError, IndexError, StopIteration):
+        return IMPORTED
+
+
+def add_engine_flags(argp):
+    """run.py's flags beyond the handout's (unset, the handout's run, but for the GPU defaults:
+    docs/students.md), and errors of its parser as one line (common.OneLineParser's)."""
+    argp.prog = 'python src/run.py'
+    argp.error = lambda message: common.OneLineParser.error(argp, message)
+    for action in argp._actions:  # (the handout's help names its own edition's variants)
+        if action.dest == 'variant':
+            action.help = 'Choose ' + ', '.join(presets.VARIANTS[:-1]) + ' or ' + presets.VARIANTS[-1]
+    extra = argp.add_argument_group('not in the handout (unset, the handout\'s computation; '
+                                    'on one GPU the step is recorded and packed, with other '
+                                    'dropout draws: --compile, --pack_multiple)')
+    extra.add_argument('--preset', choices=sorted(presets.PRESETS), default='handout',
+                       help='named training schedule (presets.py); default: the handout\'s')
+    extra.add_argument('--edition', choices=sorted(presets.EDITIONS), default=None,
+                       help='the handout edition whose starter code to follow: 2021-23 '
+                            '(synthesizer, perceiver) or 2024-25 (rope); default: the '
+                            'variant\'s, else $%s, else this checkout\'s (src/edition.txt, set '
+                            'by python src/engine/presets.py --edition), else %s' % (
+                                presets.EDITION_ENV, presets.DEFAULT_EDITION))
+    extra.add_argument('--max_epochs', type=int, default=None)
+    extra.add_argument('--time_budget', type=float, default=None, metavar='MINUTES',
+                       help='pretrain/finetune: measure this machine\'s speed on the first steps, '
+                            'then train the epochs (at most --max_epochs) that end within MINUTES, '
+                            'the learning-rate schedule compressed to them')
+    # run_all.py's share of a whole-run budget: too small for one epoch trains one, with a
+    # warning, as a preset's budget does (the user's own --time_budget: an error)
+    extra.add_argument('--time_budget_share', action='store_true', help=argparse.SUPPRESS)
+    # main.sh's: the budget also holds EPOCHS epochs at this run's pace after its training (the
+    # finetuning that follows), kept at its end as the pace is measured (budget.py)
+    extra.add_argument('--time_budget_after', type=float, default=0.0, metavar='EPOCHS',
+                       help=argparse.SUPPRESS)
+    extra.add_argument('--batch_size', type=int, default=None)
+    extra.add_argument('--seed', type=int, default=None,
+                       help='seeds python\'s and torch\'s random numbers (default: as the '
+                            'edition\'s starter does: python 0, torch 1 (2021-23) or 0 (2024-25); '
+                            'a CPU preset its own)')
+    extra.add_argument('--device', choices=('auto', 'cpu', 'cuda', 'mps'), default='auto',
+                       help='auto: a CUDA GPU where there is one, else Apple\'s MPS for the vanilla '
+                            'model (as the 2024-25 starter; untested on Apple hardware), else the CPU')
+    extra.add_argument('--precision', choices=('auto', 'fp32', 'tf32', 'bf16', 'fp16'),
+                       default='auto',
+                       help='auto: the handout\'s fp32, except that training a CPU recipe '
+                            '(cpu-20min, cpu-45min, cpu-rehearsal) on a CPU measures which is '
+                            'faster on this machine (fp32, or bf16 autocast where the CPU has bf16 '
+                            'arithmetic; and the attention path) and remembers it; training on a '
+                            'GPU without bf16 (a T4, a V100) fp16; on other GPUs fp32. '
+                            'tf32 (a GPU\'s): fp32 with the matrix products on tensor cores. '
+                            'bf16: autocast, on a GPU with the flash attention kernel (the '
+                            'others stalled there). fp16: autocast to float16 with loss scaling '
+                            '(torch.amp.GradScaler), the same kernels; not with --compile graphs')
+    extra.add_argument('--compile', nargs='?', const='default', default='auto',
+                       choices=('auto', 'none', 'default', 'reduce-overhead', 'graphs'),
+                       help='auto (default): graphs when training on one GPU (one process, not '
+                            '--plain), else none. default: torch.compile the model (GPU or CPU; '
+                            'the first steps compile); reduce-overhead: on a GPU its steps also '
+                            'replay CUDA graphs (one recorded per batch shape); graphs (a GPU\'s): '
+                            'nothing compiled, the whole training step (forward, backward, AdamW) '
+                            'recorded as a CUDA graph per batch shape and replayed; none: eager '
+                            'steps')
+    extra.add_argument('--pack_multiple', type=int, default=None, metavar='N',
+                       help='training on a GPU: compute only the positions that can change the '
+                            'loss, as a CPU does (about half of a pretraining batch; the same '
+                            'loss, other dropout masks), packed into a number of positions '
+                            'rounded up to a multiple of N (a few shapes for --compile graphs); '
+                            '0: every position; default: %d in pretraining under --compile '
+                            'graphs, else 0' % presets.GPU['pack_multiple'])
+    extra.add_argument('--pack_groups', type=int, default=1, metavar='G',
+                       help='with packing (--pack_multiple): the rows sorted by length and '
+                            'attention computed in G groups of them, each over the columns its '
+                            'rows need (about half of the attention\'s work with 4 groups; the '
+                            'same loss; a few more CUDA graphs); default 1: every column')
+    extra.add_argument('--plain', '--plain_attention', action='store_true', dest='plain',
+                       help='compute as the handout does (same results, slower): written-out '
+                            'attention instead of scaled_dot_product_attention, every padded '
+                            'position of a training batch, and nn.Dropout\'s random draws')
+    extra.add_argument('--dropout', type=float, default=None,
+                       help='embd/resid/attn dropout (the handout\'s is 0.1)')
+    extra.add_argument('--resume', action='store_true',
+                       help='continue an interrupted pretrain/finetune from WRITING_PARAMS_PATH.ckpt')
+    extra.add_argument('--checkpoint_every', type=int, default=10,
+                       help='write the resumable checkpoint WRITING_PARAMS_PATH.ckpt every N epochs '
+                            '(on a GPU at most once every %d s) and on Ctrl-C/SIGTERM; 0: only on '
+                            'Ctrl-C/SIGTERM' % presets.GPU['checkpoint_seconds'])
+    extra.add_argument('--num_workers', type=int, default=None,
+                       help='DataLoader worker processes building the training batches (the '
+                            'handout\'s 4 on a GPU; on a CPU none unless given: the same batches '
+                            'either way)')
+    extra.add_argument('--replace', action='store_true',
+                       help='write the outputs even where another live run is writing them now '
+                            '(the last to finish wins); without it such a run refuses')
+    extra.add_argument('--eval_batch_size', type=int, default=256)
+    extra.add_argument('--strict', action='store_true',
+                       help='evaluate: stop at a question with characters outside the vocabulary '
+                            'instead of dropping them')
+
+
+def parsed(argp, argv=None, args=None):
+    """run.py's command line as Args (`args`, else parsed from argv): with the time the process
+    started (a budget counts from it) and `typed`, the flags given on it (a preset's value
+    yields to a flag typed, never to a default)."""
+    if args is None:
+        args = argp.parse_args(argv)
+    quiet = argparse.ArgumentParser(add_help=False)
+    for action in argp._actions:
+        if action.option_strings and not isinstance(action, argparse._HelpAction):
+            action = copy.copy(action)
+            action.default, action.required = argparse.SUPPRESS, False
+            quiet._add_action(action)
+    given, _ = quiet.parse_known_args(sys.argv[1:] if argv is None else argv)
+    values = dict(dict.fromkeys(ADDED), **vars(args))
+    values.update(typed=set(vars(given)), started=process_start())
+    return Args(declared(argp), **values)
+
+
+# What the engine adds to run.py's parsed flags: every attribute of `args` a later line reads is
+# one of the parser's flags or one of these (Args refuses any other).
+ADDED = dict(
+    typed='the flags typed on the command line (a preset\'s value yields to these alone)',
+    started='when the process started (wall clock): a --time_budget counts from it',
+    edition_from='where the edition came from: --edition, the variant, $CS224N_EDITION, '
+                 'src/edition.txt or the default',
+    corpus_path='pretrain_corpus_path where it was found (a pipe: a copy of what came)',
+    finetune_path='--finetune_corpus_path where it was found (a mix\'s questions), or None',
+    eval_path='--eval_corpus_path where it was found, or None',
+    stage='the training stage\'s preset name: pretrain, finetune_scratch or finetune_pretrained',
+    smaller='a CPU recipe\'s model for a slow machine: (build, below_steps), or None',
+)
+
+
+class Args(argparse.Namespace):
+    """run.py's `args` after parsed(): the parser's flags and ADDED; setting any other name is
+    an AttributeError, so a reader of the parser and of ADDED knows all it holds."""
+    __slots__ = ('_declared',)
+
+    def __init__(self, declared, **values):
+        object.__setattr__(self, '_declared', frozenset(declared))
+        super().__init__(**values)
+
+    def __setattr__(self, name, value):
+        if name not in self._declared:
+            raise AttributeError(f'args has no attribute {name!r}: the engine\'s additions are '
+                                 'declared in engine/command/flags.py (ADDED)')
+        super().__setattr__(name, value)
+
+
+def declared(argp):
+    """The names an Args of `argp` may hold: its flags' and ADDED's."""
+    return {a.dest for a in argp._actions if not isinstance(a, argparse._HelpAction)} | set(ADDED)
+
+
+def check_args(args):
+    """Every check of the command line, before any work: a UsageError for the first problem.
+    Fills in args.edition and the inputs' resolved paths (args.corpus_path, args.finetune_path,
+    args.eval_path; the handout's flags point there too, so its lines open them)."""
+    if args.function not in FUNCTIONS:
+        raise UsageError(f'argument function: invalid choice: {args.function!r} (choose from '
+                         f'{", ".join(FUNCTIONS)})')
+    if args.variant not in presets.VARIANTS:
+        raise UsageError(f'argument variant: invalid choice: {args.variant!r} (choose from '
+                         f'{", ".join(presets.VARIANTS)})')
+    if args.bottleneck_dim <= 0 or args.bottleneck_dim > presets.BLOCK_SIZE:
+        raise UsageError(f'--bottleneck_dim must be from 1 to the block size {presets.BLOCK_SIZE}, '
+                         f'not {args.bottleneck_dim}')
+    where = devices.pick_device(args.device, args.variant)
+    on_cpu = where != 'cuda'  # (what follows is a CUDA GPU's: graphs, tf32, packing)
+    one_process = int(os.environ.get('WORLD_SIZE', '1')) == 1
+    # fp16's loss scaler reads back whether a gradient overflowed: no whole-step CUDA graph
+    fp16 = devices.pick_precision(args.precision, where,
+                                  training=args.function != 'evaluate') == 'fp16'
+    if args.compile == 'graphs' and fp16:
+        raise UsageError('--compile graphs cannot record a step with fp16\'s loss scaling (it '
+                         'reads back whether a gradient overflowed): --compile none, or '
+                         '--precision fp32/bf16')
+    if args.compile == 'auto':  # what measured fastest on a GPU (docs/gpu.md)
+        args.compile = 'graphs' if not on_cpu and one_process and not args.plain and not fp16 \
+            else 'none'
+    if args.precision == 'tf32' and on_cpu:
+        raise UsageError('--precision tf32 is a CUDA GPU\'s arithmetic (fp32 matrix products on '
+                         'NVIDIA tensor cores); on a CPU use fp32 or bf16')
+    if args.compile == 'graphs' and (on_cpu or not one_process):
+        raise UsageError('--compile graphs records CUDA graphs: it needs a GPU and one process '
+                         '(not torchrun)')
+    args.compile = False if args.compile == 'none' else args.compile
+    if args.pack_multiple is not None and args.pack_multiple < 0:
+        raise UsageError(f'--pack_multiple must be 0 or more, not {args.pack_multiple}')
+    if args.pack_multiple and args.plain:
+        raise UsageError('--pack_multiple and --plain contradict each other: --plain computes '
+                         'every position')
+    if args.pack_multiple and args.compile in ('default', 'reduce-overhead'):
+        raise UsageError(f'--pack_multiple runs eager steps or --compile graphs, not '
+                         f'--compile {args.compile} (a new size would recompile)')
+    if args.pack_multiple and on_cpu:
+        raise UsageError('--pack_multiple is a GPU\'s: a CPU computes only the positions that '
+                         'can change the loss already, in its own groups')
+    if args.pack_groups < 1:
+        raise UsageError(f'--pack_groups must be 1 or more, not {args.pack_groups}')
+    if args.pack_groups > 1 and not any(stages.pack_multiple(args, stage) for stage in
+                                        ('pretrain', 'finetune_pretrained')):
+        raise UsageError('--pack_groups groups the rows of a packed step: it needs packing '
+                         '(on a GPU: --pack_multiple N, or --compile graphs in pretraining)')
+    if args.num_workers is not None and args.num_workers < 0:
+        raise UsageError(f'--num_workers must be 0 or more, not {args.num_workers}')
+    if args.checkpoint_every < 0:
+        raise UsageError(f'--checkpoint_every must be 0 or more, not {args.checkpoint_every}')
+    for flag in ('max_epochs', 'batch_size', 'eval_batch_size'):
+        value = getattr(args, flag)
+        if value is not None and value <= 0:
+            raise UsageError(f'--{flag} must be positive, not {value}')
+    for flag in ('pretrain_lr', 'finetune_lr'):
+        value = getattr(args, flag)
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise UsageError(f'--{flag} must be a positive number, not {value:g}')
+    if args.seed is not None and not -2 ** 63 <= args.seed < 2 ** 64:  # torch.manual_seed's
+        raise UsageError(f'--seed must be from -2**63 to 2**64 - 1, not {args.seed}')
+    args.corpus_path = resolve(args.pretrain_corpus_path, 'pretrain_corpus_path')
+    needs = {'pretrain': ['writing_params_path'],
+             'finetune': ['writing_params_path', 'finetune_corpus_path'],
+             'evaluate': ['outputs_path', 'reading_params_path', 'eval_corpus_path']}
+    for flag in needs[args.function]:
+        if getattr(args, flag) is None:
+            raise UsageError(f'{args.function} needs --{flag}')
+    args.finetune_path = resolve(args.finetune_corpus_path, '--finetune_corpus_path') \
+        if args.function == 'finetune' else None
+    mix = presets.mix(args.preset)
+    if args.function == 'pretrain' and mix is not None:  # the mix's questions
+        args.finetune_path = resolve(args.finetune_corpus_path or mix['questions'],
+                                     '--finetune_corpus_path')
+    args.eval_path = resolve(args.eval_corpus_path, '--eval_corpus_path') \
+        if args.function == 'evaluate' else None
+    # no output may be an input, or another output (the resumable checkpoint beside the params)
+    reads = [('pretrain_corpus_path', args.corpus_path),
+             ('--finetune_corpus_path', args.finetune_path), ('--eval_corpus_path', args.eval_path),
+             ('--reading_params_path',
+              args.reading_params_path if args.function != 'pretrain' else None)]
+    training = args.function != 'evaluate'
+    inputs.check_outputs(
+        [('--writing_params_path', args.writing_params_path if training else None),
+         ('the checkpoint of --writing_params_path',
+          args.writing_params_path + '.ckpt' if training and args.writing_params_path else None),
+         ('the run record of --writing_params_path',
+          args.writing_params_path + '.run.json' if training and args.writing_params_path else None),
+         ('--outputs_path', args.outputs_path if not training else None),
+         ('the run record of --outputs_path',
+          args.outputs_path + '.run.json' if not training and args.outputs_path else None)], reads,
+        {'--writing_params_path': 'params', '--outputs_path': 'predictions'})
+
+    if args.dropout is not None and not 0 <= args.dropout < 1:
+        raise UsageError(f'--dropout must be in [0, 1), not {args.dropout}')
+    args.edition, where = presets.edition_source(args.edition, args.variant)
+    args.edition_from = where
+    if args.variant not in presets.EDITIONS[args.edition]['variants']:
+        raise UsageError(f'--edition {args.edition} has the variants '
+                         f'{", ".join(presets.EDITIONS[args.edition]["variants"])}, not {args.variant}'
+                         + ('' if where == '--edition' else f' (from {where})'))
+    if args.time_budget is not None and args.function == 'evaluate':
+        raise UsageError('--time_budget is for pretrain and finetune')
+    if args.time_budget is not None and not 0 < args.time_budget <= common.MAX_BUDGET_MINUTES:
+        raise UsageError(f'--time_budget must be a positive number of minutes up to '
+                         f'{common.MAX_BUDGET_MINUTES} (a week), not {args.time_budget:g}')
+    if args.time_budget_after and args.time_budget is None:
+        raise UsageError('--time_budget_after needs --time_budget (the budget that holds it)')
+    if not 0 <= args.time_budget_after <= 100:  # (nan fails too)
+        raise UsageError(f'--time_budget_after must be a number of epochs from 0 to 100, not '
+                         f'{args.time_budget_after:g}')
+    if args.resume and args.function == 'evaluate':
+        raise UsageError('--resume is for pretrain and finetune')
+    if args.resume and not os.path.isfile(args.writing_params_path + '.ckpt'):
+        raise UsageError(f'--resume: no checkpoint {args.writing_params_path}.ckpt to resume from '
+                         '(it is written every --checkpoint_every epochs and on Ctrl-C/SIGTERM)')
+    if training:
+        inputs.check_log_folder(stages.tensorboard_dir(args))
+    claim_outputs(args, training)
+    # a pipe gives its text once: the checks and the handout's lines read a copy of what came
+    args.corpus_path, args.finetune_path, args.eval_path = (
+        inputs.read_once(path, _INPUT_COPIES)
+        for path in (args.corpus_path, args.finetune_path, args.eval_path))
+    # the handout's lines open the inputs by these flags: where each one was found
+    args.pretrain_corpus_path, args.finetune_corpus_path = args.corpus_path, args.finetune_path
+    args.eval_corpus_path = args.eval_path
+    text = inputs.read_text(args.corpus_path, 'pretrain_corpus_path')
+    vocab = inputs.check_corpus(args.corpus_path, stages.corpus_text(args, text))
+    if args.finetune_path is not None:  # (also a pretraining mix's questions)
+        inputs.check_finetune(args.finetune_path, vocab)
+    if args.plain and args.function == 'evaluate':  # the handout's loop: what it cannot take
+        inputs.check_plain_questions(args.eval_path, vocab)
+
+
+
+
+_CLAIMS = []  # the outputs this command writes, claimed for it until it ends (finish)
+_INPUT_COPIES = []  # folders holding what a pipe gave (inputs.read_once), removed at the end
+
+
+def claim_outputs(args, training):
+    """Each output this command writes claimed for it (paths.Claim): one that another live run
+    is writing is a UsageError naming it, unless --replace. Rank 0 writes, and claims, alone."""
+    if int(os.environ.get('RANK', '0')) != 0 or args.replace:  # (before the group is joined)
+        return
+    for flag, path in (('--writing_params_path', args.writing_params_path if training else None),
+                       ('--outputs_path', args.outputs_path if not training else None)):
+        if path is None:
+            continue
+        try:
+            _CLAIMS.append(paths.Claim(path).take())
+        except paths.Busy as e:
+            release()
+            raise UsageError(f'{flag} {path}: another run (process {e}) is writing it now; wait '
+                             'for it to end, or pass --replace to write it all the same')
+
+def release():
+    """The outputs' claims let go, the copies of piped inputs removed (records.finish)."""
+    while _CLAIMS:
+        _CLAIMS.pop().release()
+    while _INPUT_COPIES:
+        shutil.rmtree(_INPUT_COPIES.pop(), ignore_errors=True)
+

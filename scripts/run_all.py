@@ -3,6 +3,7 @@
     python scripts/run_all.py                         # handout schedule, outputs in runs/all-handout/
     python scripts/run_all.py --preset cpu-quick --out runs/quick
     python scripts/run_all.py --report-only --out results/h100   # rebuild the report
+    python scripts/run_all.py --side_by_side 7 --one_process -- --precision bf16
 
 Stages (each the handout's commands, file names as the handout's):
   london            London baseline on the dev set
@@ -24,7 +25,10 @@ The report (report.md, report.json, loss_curves.png in the output folder) has th
 each model, the wall time of each step, the device and the commit.
 """
 import argparse
+import contextlib
 import functools
+import importlib
+import io
 import json
 import os
 import platform
@@ -34,6 +38,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from concurrent.futures import ThreadPoolExecutor
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -134,10 +139,12 @@ def output_of(argv):
 class Signals:
     """Ctrl-C and SIGTERM while steps run, handled in the main thread for every step at once: a
     step writes its checkpoint and ends (Ctrl-C reaches it from the terminal; a SIGTERM may be
-    run_all's alone, `kill PID`, and is passed on to each live step), then run_all stops."""
+    run_all's alone, `kill PID`, and is passed on to each live step, or to each step in a thread
+    of this process through its team), then run_all stops."""
 
-    def __init__(self):
+    def __init__(self, team=None):
         self.live, self.stopped, self.lock = set(), [], threading.Lock()
+        self.team = team  # (--one_process: the steps running as this process's threads)
 
     def __enter__(self):
         self.previous = {s: signal.signal(s, self.stop) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -149,6 +156,8 @@ class Signals:
 
     def stop(self, signum, frame):
         self.stopped.append(signum)
+        if self.team is not None:
+            self.team.stop()
         if signum == signal.SIGTERM:
             with self.lock:
                 for proc in self.live:
@@ -156,32 +165,57 @@ class Signals:
 
 
 def run_step(argv, out, log, run_flags, signals, interrupted=lambda seconds: None, env=None,
-             say=functools.partial(print, flush=True)):
+             say=functools.partial(print, flush=True), team=None, name=None):
     """Run one run.py step in `out` (its environment `env`, else run_all's); returns (seconds,
-    its stdout). Stopped by Ctrl-C or SIGTERM (the step writes its checkpoint: `signals`), it
-    calls interrupted(seconds) and exits 130."""
+    its stdout). With a `team` (--one_process) the step is a thread of this process instead,
+    the member `name` of the team (in_this_process). Stopped by Ctrl-C or SIGTERM (the step
+    writes its checkpoint: `signals`), it calls interrupted(seconds) and exits 130."""
     cmd = [sys.executable, RUN, *argv, *run_flags]
     say('+ python src/run.py ' + ' '.join(argv + run_flags))
     start = time.time()
     with open(log, 'a', encoding='utf-8') as f:
-        with signals.lock:
-            proc = subprocess.Popen(cmd, cwd=out, stdout=subprocess.PIPE, stderr=f, text=True,
-                                    env=env)
-            signals.live.add(proc)
-        try:
-            stdout, _ = proc.communicate()
-        finally:
+        if team is not None:
+            returncode, stdout = in_this_process([*argv, *run_flags], f, team, name)
+        else:
             with signals.lock:
-                signals.live.discard(proc)
+                proc = subprocess.Popen(cmd, cwd=out, stdout=subprocess.PIPE, stderr=f, text=True,
+                                        env=env)
+                signals.live.add(proc)
+            try:
+                stdout, _ = proc.communicate()
+            finally:
+                with signals.lock:
+                    signals.live.discard(proc)
+            returncode = proc.returncode
     say(stdout.rstrip('\n'))
-    if proc.returncode == 130 or signals.stopped:
+    if returncode == 130 or signals.stopped:
         interrupted(time.time() - start)
         print(f'interrupted: the same command continues (finished steps are skipped, this one '
               f'resumes from its checkpoint); see {log}', file=sys.stderr)
         raise SystemExit(130)
-    if proc.returncode != 0:
-        raise SystemExit(f'error: step failed (exit {proc.returncode}); see {log}')
+    if returncode != 0:
+        raise SystemExit(f'error: step failed (exit {returncode}); see {log}')
     return time.time() - start, stdout
+
+
+def in_this_process(argv, log_file, team, name):
+    """(exit status, stdout) of run.py's main(argv) run in this thread as the member `name` of
+    `team` (engine/training/turns.py): what it prints on stdout kept, on stderr into the log,
+    as a process of its own would have them."""
+    import run  # src/run.py, the handout's command (imported by one_process already)
+    stdout = io.StringIO()
+    with team.member(name, stdout=stdout, stderr=log_file):
+        try:
+            run.main(argv)
+            code = 0
+        except SystemExit as e:  # run.py's own exit: a bad input, an interrupt (130)
+            code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+            if isinstance(e.code, str):
+                print(e.code, file=sys.stderr)
+        except Exception:  # a bug: its traceback in the log, as a process's would be
+            traceback.print_exc()
+            code = 1
+    return code, stdout.getvalue()
 
 
 def labelled(name, lock):
@@ -364,9 +398,10 @@ def report(out, timings, flags, preset, models=DEFAULT_MODELS, out_arg=None, tim
                          public=public, handout_minimum=minimum,
                          pretraining=pretraining_pace(out, name, device)))
     wall, side = timings.get('wall_seconds'), timings.get('side_by_side', 1)
+    together = side > 1 and timings.get('one_process', False)
     calls = timings.get('calls', 1)
     info = dict(preset=preset, flags=flags, device=device, commit=source_commit(),
-                wall_seconds=wall, calls=calls, side_by_side=side,
+                wall_seconds=wall, calls=calls, side_by_side=side, one_process=together,
                 seed=int(flags[flags.index('--seed') + 1]) if '--seed' in flags else 0,
                 date=time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime()), models=rows,
                 readings={name: READINGS[name] for name in models if name in READINGS})
@@ -375,6 +410,7 @@ def report(out, timings, flags, preset, models=DEFAULT_MODELS, out_arg=None, tim
                                + (['--out', out_arg] if out_arg else [])
                                + (['--time_budget', f'{time_budget:g}'] if time_budget else [])
                                + (['--side_by_side', str(side)] if side > 1 else [])
+                               + (['--one_process'] if together else [])
                                + (['--', *flags] if flags else []))
     with open(os.path.join(out, 'report.json'), 'w', encoding='utf-8') as f:
         json.dump(info, f, indent=2)
@@ -387,6 +423,9 @@ def report(out, timings, flags, preset, models=DEFAULT_MODELS, out_arg=None, tim
                      + (f' over {calls} calls (each interrupted one continued by the next)'
                         if calls > 1 else '') + ', '
                      + ('the models one after another' if side == 1 else
+                        f'up to {side} models trained side by side (threads of one process '
+                        'taking turns at each training step, on a GPU each on a stream of its '
+                        'own)' if together else
                         f'up to {side} models trained side by side (processes sharing the '
                         'device and the cores)'))
     lines += ['',
@@ -457,6 +496,25 @@ def threads_env(side):
     return dict(os.environ, OMP_NUM_THREADS=str(max(1, usable_cores() // side)))
 
 
+def one_process(flags, out):
+    """--one_process: the team the steps join (engine/training/turns.py), on the device the
+    flags choose; this process works in `out`, as each step's process would."""
+    importlib.import_module('run')  # src/run.py, before any thread: its import seeds Python's random
+    from engine.devices import pick_device
+    from engine.training.turns import Team
+    os.chdir(out)
+    return Team(pick_device(flags[flags.index('--device') + 1] if '--device' in flags else 'auto'))
+
+
+def printing(team):
+    """What each step in a thread prints goes to its own sinks (turns.Printing); nothing to do
+    for steps that are processes."""
+    if team is None:
+        return contextlib.nullcontext()
+    from engine.training.turns import Printing
+    return Printing.installed()
+
+
 def main():
     ap = OneLineParser(prog='python scripts/run_all.py', description=__doc__.split('\n')[0])
     ap.add_argument('--preset', default='handout', choices=sorted(PRESETS))
@@ -471,6 +529,10 @@ def main():
     ap.add_argument('--side_by_side', type=int, default=1, metavar='N',
                     help='train up to N models at once, processes sharing the device and the '
                          'cores (each its share of the threads); 1: one after another')
+    ap.add_argument('--one_process', action='store_true',
+                    help='with --side_by_side N: the N models as threads of this process, each '
+                         'on a CUDA stream of its own, taking turns at each training step (the '
+                         'same results as alone; processes take turns on a GPU, streams need not)')
     ap.add_argument('run_flags', nargs=argparse.REMAINDER,
                     help='after --: flags passed to every run.py call (e.g. -- --device cuda --compile)')
     args = ap.parse_args()
@@ -479,6 +541,8 @@ def main():
                  f'{MAX_BUDGET_MINUTES} (a week), not {args.time_budget:g}')
     if args.side_by_side < 1:
         ap.error(f'argument --side_by_side: must be 1 or more, not {args.side_by_side}')
+    if args.one_process and args.side_by_side < 2:
+        ap.error('argument --one_process: give it with --side_by_side N, N of 2 or more')
     flags = [f for f in args.run_flags if f != '--']
     if '--time_budget' in flags:
         ap.error('give the whole run\'s --time_budget before --, not to every run.py call')
@@ -514,7 +578,8 @@ def main():
         lock = threading.Lock()  # timings and `todo`, shared by the models run side by side
         say_lock = threading.Lock()
         side = max(1, min(args.side_by_side, len(order)))
-        env = threads_env(side)
+        team = one_process(flags, out) if args.one_process and side > 1 else None
+        env = threads_env(side) if team is None else None
 
         def steps_after(name):
             """The steps still to run after this model's next one that its budget leaves time
@@ -548,7 +613,7 @@ def main():
                         mine[f'{step} so far'] = before + seconds
                         save_timings(timing_file, timings)
                 seconds, stdout = run_step(argv + budget, out, log, run_flags, signals,
-                                           interrupted, env, say)
+                                           interrupted, env, say, team, name)
                 with lock:
                     mine[step] = before + seconds
                     epochs = epochs_trained(stdout)
@@ -562,7 +627,7 @@ def main():
         # an interrupted call's wall time: this call continues that command, and its time counts
         earlier = {key: timings.pop(f'{key} so far', 0) for key in ('wall_seconds', 'calls')}
         try:
-            with Signals() as signals:
+            with Signals(team) as signals, printing(team):
                 if side == 1:
                     for name in order:
                         run_model(name)
@@ -583,6 +648,7 @@ def main():
         timings['wall_seconds'] = earlier['wall_seconds'] + time.time() - start
         timings['calls'] = earlier['calls'] + 1
         timings['side_by_side'] = side
+        timings['one_process'] = team is not None
         save_timings(timing_file, timings)
     report(out, timings, flags, args.preset, args.models, args.out, args.time_budget, args.command)
 

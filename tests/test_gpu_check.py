@@ -230,10 +230,10 @@ def test_the_next_gpu_calls_refuse_a_machine_without_a_gpu(tmp_path):
     assert not (tmp_path / 'out').exists() and not (tmp_path / 'runs').exists()
 
 
-def test_the_next_calls_are_1_to_5(tmp_path):
+def test_the_next_calls_are_1_to_6(tmp_path):
     env = dict(os.environ, PYTHON=sys.executable, OUT=str(tmp_path / 'out'))
-    proc = subprocess.run(['bash', os.path.join(REPO, 'scripts', 'dev', 'gpu_speed.sh'), '6', 'abc1234'],
+    proc = subprocess.run(['bash', os.path.join(REPO, 'scripts', 'dev', 'gpu_speed.sh'), '7', 'abc1234'],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert proc.stderr.strip().splitlines() == ["error: the call is 1, 2, 3, 4 or 5, not '6'"]
+    assert proc.stderr.strip().splitlines() == ["error: the call is 1 to 6, not '7'"]
     assert not (tmp_path / 'out').exists()

@@ -246,11 +246,13 @@ def test_a_whole_run_budget_is_shared_among_the_training_steps():
 
 
 def test_a_whole_run_budget_must_be_positive(tmp_path):
-    for bad in (['--time_budget', '0'], ['--', '--time_budget', '5']):
+    for bad, flag in ((['--time_budget', '0'], '--time_budget'),
+                      (['--', '--time_budget', '5'], '--time_budget'),
+                      (['--one_process'], '--one_process')):  # (one model at a time: no team)
         proc = subprocess.run([sys.executable, os.path.join(REPO, 'scripts', 'run_all.py'),
                                '--out', str(tmp_path / 'out'), *bad], capture_output=True, text=True)
         assert proc.returncode == 2 and proc.stderr.count('\n') == 1, proc.stderr
-        assert '--time_budget' in proc.stderr
+        assert flag in proc.stderr
         assert not (tmp_path / 'out').exists()
 
 
@@ -450,17 +452,19 @@ def test_models_side_by_side_print_whole_lines(capsys, monkeypatch):
 
 def test_models_side_by_side_give_what_each_gives_alone(tmp_path, monkeypatch):
     """--side_by_side 2: two models' steps run at once (each model's steps in their order, a
-    process each), and every output is what the models give one after another: the same
-    predictions byte for byte, the same params (a tiny corpus and question files in the output
-    folder, one epoch; the same threads in both, as the CPU sums in their order). The report
-    says how they ran, beside the command's wall time."""
+    process each; with --one_process, threads of run_all's process taking turns at each training
+    step), and every output is what the models give one after another: the same predictions
+    byte for byte, the same params (a tiny corpus and question files in the output folder, one
+    epoch; the same threads in all, as the CPU sums in their order). The report says how they
+    ran, beside the command's wall time."""
     import torch
     from tiny_run import CORPUS, DEV, TRAIN, tsv
     monkeypatch.setenv('OMP_NUM_THREADS', '1')
     models = ['vanilla-nopretrain', 'rope']
     outs = {}
-    for side in (1, 2):
-        out = tmp_path / f'side{side}'
+    for way, flags in (('alone', ['--side_by_side', '1']), ('processes', ['--side_by_side', '2']),
+                       ('threads', ['--side_by_side', '2', '--one_process'])):
+        out = tmp_path / way
         out.mkdir()
         (out / 'wiki.txt').write_text(CORPUS, encoding='utf-8')
         (out / 'birth_places_train.tsv').write_text(tsv(TRAIN), encoding='utf-8')
@@ -468,27 +472,35 @@ def test_models_side_by_side_give_what_each_gives_alone(tmp_path, monkeypatch):
         (out / 'birth_test_inputs.tsv').write_text(tsv(DEV[:4]), encoding='utf-8')
         proc = subprocess.run(
             [sys.executable, os.path.join(REPO, 'scripts', 'run_all.py'), '--out', str(out),
-             '--models', *models, '--side_by_side', str(side), '--', '--max_epochs', '1',
+             '--models', *models, *flags, '--', '--max_epochs', '1',
              '--batch_size', '8', '--device', 'cpu'],
             capture_output=True, text=True, encoding='utf-8', timeout=600,
             env=dict(os.environ, PYTHONIOENCODING='utf-8'))
         assert proc.returncode == 0, proc.stderr[-2000:]
-        outs[side] = out, proc.stdout
-    (alone, _), (together, stdout) = outs[1], outs[2]
+        outs[way] = out, proc.stdout
+    alone = outs['alone'][0]
     outputs = [f for name in models for f in run_all.files_of(name).values()]
-    for name in outputs:
-        if name.endswith('.predictions'):
-            assert (together / name).read_bytes() == (alone / name).read_bytes(), name
-        else:
-            a, b = (torch.load(d / name, weights_only=True) for d in (alone, together))
-            assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
-    # both models' first steps started before either's output came back
-    lines = stdout.splitlines()
-    started = [i for i, line in enumerate(lines) if '] + python src/run.py' in line]
-    answered = [i for i, line in enumerate(lines) if line.startswith('[') and '+ python' not in line]
-    assert {lines[i].split(']')[0] for i in started[:2]} == {'[vanilla-nopretrain', '[rope'}
-    assert max(started[:2]) < min(answered)
-    for side, (out, _) in outs.items():
+    for way in ('processes', 'threads'):
+        together, stdout = outs[way]
+        for name in outputs:
+            if name.endswith('.predictions'):
+                assert (together / name).read_bytes() == (alone / name).read_bytes(), (way, name)
+            else:
+                a, b = (torch.load(d / name, weights_only=True) for d in (alone, together))
+                assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), (way, name)
+        # both models' first steps started before either's output came back
+        lines = stdout.splitlines()
+        started = [i for i, line in enumerate(lines) if '] + python src/run.py' in line]
+        answered = [i for i, line in enumerate(lines) if line.startswith('[') and '+ python' not in line]
+        assert {lines[i].split(']')[0] for i in started[:2]} == {'[vanilla-nopretrain', '[rope'}
+        assert max(started[:2]) < min(answered)
+        # in threads as in processes, each step's own printed lines, under its model's name
+        assert any(line.startswith('[rope] Correct: ') for line in lines), way
+    for way, (out, _) in outs.items():
         info = json.loads((out / 'report.json').read_text(encoding='utf-8'))
-        assert info['side_by_side'] == side and info['wall_seconds'] > 0
-        assert ('side by side' in (out / 'report.md').read_text(encoding='utf-8')) == (side == 2)
+        assert info['side_by_side'] == (1 if way == 'alone' else 2) and info['wall_seconds'] > 0
+        assert info['one_process'] == (way == 'threads')
+        report = (out / 'report.md').read_text(encoding='utf-8')
+        assert ('side by side' in report) == (way != 'alone')
+        assert ('threads of one process' in report) == (way == 'threads')
+        assert ('--one_process' in info['command']) == (way == 'threads')

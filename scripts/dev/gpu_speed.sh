@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The next GPU calls (docs/gpu.md): #53's faster arithmetics under CUDA graphs; #69's side by side.
+# The next GPU calls (docs/gpu.md): #53's faster arithmetics under CUDA graphs; #69's side by side;
+# #77's models in one process, fp16.
 #   bash scripts/dev/gpu_speed.sh 1 SHA   # CUDA tests of the recorded steps and of run.py end to
 #                                         # end in the GPU defaults, of packed rows attending in
 #                                         # groups; profile_step.py: where the pretraining step's
@@ -20,6 +21,9 @@
 #                                         # side (--side_by_side 7: every model at once, the
 #                                         # perceiver at 6e-4 and at its starter's 6e-3), in the
 #                                         # GPU default fp32 and the flags given (<= 9.5 min)
+#   bash scripts/dev/gpu_speed.sh 6 SHA [RUN.PY FLAGS]   # #77: call 4 as threads of one
+#                                         # process (--one_process: each model's steps on a
+#                                         # CUDA stream of its own, taking turns) (<= 9.5 min)
 #   bash scripts/dev/gpu_speed.sh 5 SHA   # #77: run_all's vanilla, whole, in fp16 (autocast,
 #                                         # loss scaling) then fp32, both eager (fp16 cannot be
 #                                         # recorded) and packed: dev accuracy, stage times and
@@ -29,8 +33,8 @@
 # also when a timeout stops a step. Work in runs/gpu_speed/.
 set -u
 cd "$(dirname "$0")/../.."  # the repository root: the paths below are its
-call=${1:?call 1, 2, 3, 4 or 5}; export A5_COMMIT=${2:?the commit of the tree} PYTHONUNBUFFERED=1
-case $call in 1|2|3|4|5) ;; *) echo "error: the call is 1, 2, 3, 4 or 5, not '$call'" >&2; exit 2 ;; esac
+call=${1:?call 1 to 6}; export A5_COMMIT=${2:?the commit of the tree} PYTHONUNBUFFERED=1
+case $call in 1|2|3|4|5|6) ;; *) echo "error: the call is 1 to 6, not '$call'" >&2; exit 2 ;; esac
 py=${PYTHON:-python3}  # a GPU machine's python3 with CUDA torch
 "$py" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 2)' 2>/dev/null ||
   { echo "error: $py's torch sees no GPU (gpu_speed.sh measures on a GPU machine)" >&2; exit 2; }
@@ -41,9 +45,10 @@ pack() { tar czf "$out/call$call.tgz" --exclude='*.params' --exclude='*.ckpt' "$
 trap pack EXIT
 if [ "$call" = 1 ]; then
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$summary"
-  say "CUDA tests: run.py end to end in the GPU defaults (recorded, packed), resumed; the recorded steps; packed rows in groups"
+  say "CUDA tests: run.py end to end in the GPU defaults (recorded, packed), resumed; the recorded steps; packed rows in groups; models as members of one process"
   timeout 150 "$py" -m pytest -q -p no:cacheprovider tests/test_graphs.py tests/test_resume.py \
-    tests/test_fast_paths.py -k "graphs or end_to_end_on_cuda or (cuda and (spans or packed_training))" \
+    tests/test_fast_paths.py tests/test_turns.py \
+    -k "graphs or end_to_end_on_cuda or (cuda and (spans or packed_training or members))" \
     > "$work/tests.log" 2>&1
   echo "rc $?" >> "$work/tests.log"
   tail -3 "$work/tests.log" | tee -a "$summary"
@@ -68,14 +73,17 @@ elif [ "$call" = 3 ]; then
   timeout 570 "$py" scripts/run_all.py --preset handout --out "$work/all" -- --device cuda \
     --compile graphs "$@" > "$work/all.stdout.log" 2>&1
   echo "rc $?" >> "$work/all.stdout.log"; grep -a "^| " "$work/all/report.md" | tee -a "$summary"
-elif [ "$call" = 4 ]; then
+elif [ "$call" = 4 ] || [ "$call" = 6 ]; then
   shift 2
-  say "run_all, the whole assignment side by side (7 models at once), --device cuda $*"
-  timeout 570 "$py" scripts/run_all.py --preset handout --side_by_side 7 --out "$work/side" \
+  if [ "$call" = 4 ]; then way=side; as=processes; else way=team; as="threads of one process"; fi
+  one=(); [ "$call" = 6 ] && one=(--one_process)
+  say "run_all, the whole assignment side by side (7 models at once, $as), --device cuda $*"
+  timeout 570 "$py" scripts/run_all.py --preset handout --side_by_side 7 "${one[@]}" \
+    --out "$work/$way" \
     --models vanilla-nopretrain vanilla synthesizer perceiver rope perceiver-starter -- \
-    --device cuda "$@" > "$work/side.stdout.log" 2>&1
-  echo "rc $?" >> "$work/side.stdout.log"
-  grep -a "^| \|wall time" "$work/side/report.md" | tee -a "$summary"
+    --device cuda "$@" > "$work/$way.stdout.log" 2>&1
+  echo "rc $?" >> "$work/$way.stdout.log"
+  grep -a "^| \|wall time" "$work/$way/report.md" | tee -a "$summary"
 elif [ "$call" = 5 ]; then
   for p in fp16:300 fp32:260; do
     s=${p#*:}; p=${p%:*}

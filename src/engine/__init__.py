@@ -11,7 +11,8 @@ needs of them is handed to it. Four rooms by job, each importing only from the r
              params) and may write (paths), what it leaves (records), the CPU recipes' data and
              model (cpu_recipe)
   training/  the loop Trainer.train runs by default (loop) and what attaches to its named points
-             (extras: checkpoint, progress, and the rooms below), minGPT's weight-decay rule
+             (extras: checkpoint, progress, and the rooms below), minGPT's weight-decay rule,
+             several commands as threads of one process taking turns (turns)
   machine/   fitting the run to the machine: the plan measured once before training (plan,
              measure), the time budget's schedule (budget), the CPU's load and fastest path
              (cpu_load, cpu_paths)

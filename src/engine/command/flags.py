@@ -18,8 +18,9 @@ from engine.command import inputs
 from engine.command import paths
 from engine import presets
 from engine.command import stages
-from engine.common import UsageError
+from engine.common import UsageError, thread_list
 from engine.datafiles import resolve
+from engine.training import turns
 
 IMPORTED = time.time()  # (the run's record splits its time: the imports, then the rest)
 FUNCTIONS = ('pretrain', 'finetune', 'evaluate')
@@ -149,7 +150,9 @@ def parsed(argp, argv=None, args=None):
             quiet._add_action(action)
     given, _ = quiet.parse_known_args(sys.argv[1:] if argv is None else argv)
     values = dict(dict.fromkeys(ADDED), **vars(args))
-    values.update(typed=set(vars(given)), started=process_start())
+    member = turns.current()  # (a command in a thread beside others starts when its thread does)
+    values.update(typed=set(vars(given)),
+                  started=process_start() if member is None else member.started)
     return Args(declared(argp), **values)
 
 
@@ -157,7 +160,8 @@ def parsed(argp, argv=None, args=None):
 # one of the parser's flags or one of these (Args refuses any other).
 ADDED = dict(
     typed='the flags typed on the command line (a preset\'s value yields to these alone)',
-    started='when the process started (wall clock): a --time_budget counts from it',
+    started='when the process started, or the command\'s thread beside others (training/turns.py; '
+            'wall clock): a --time_budget counts from it',
     edition_from='where the edition came from: --edition, the variant, $CS224N_EDITION, '
                  'src/edition.txt or the default',
     corpus_path='pretrain_corpus_path where it was found (a pipe: a copy of what came)',
@@ -313,7 +317,7 @@ def check_args(args):
     claim_outputs(args, training)
     # a pipe gives its text once: the checks and the handout's lines read a copy of what came
     args.corpus_path, args.finetune_path, args.eval_path = (
-        inputs.read_once(path, _INPUT_COPIES)
+        inputs.read_once(path, thread_list('input copies'))
         for path in (args.corpus_path, args.finetune_path, args.eval_path))
     # the handout's lines open the inputs by these flags: where each one was found
     args.pretrain_corpus_path, args.finetune_corpus_path = args.corpus_path, args.finetune_path
@@ -326,12 +330,6 @@ def check_args(args):
         inputs.check_plain_questions(args.eval_path, vocab)
 
 
-
-
-_CLAIMS = []  # the outputs this command writes, claimed for it until it ends (finish)
-_INPUT_COPIES = []  # folders holding what a pipe gave (inputs.read_once), removed at the end
-
-
 def claim_outputs(args, training):
     """Each output this command writes claimed for it (paths.Claim): one that another live run
     is writing is a UsageError naming it, unless --replace. Rank 0 writes, and claims, alone."""
@@ -342,16 +340,18 @@ def claim_outputs(args, training):
         if path is None:
             continue
         try:
-            _CLAIMS.append(paths.Claim(path).take())
+            thread_list('claims').append(paths.Claim(path).take())
         except paths.Busy as e:
             release()
             raise UsageError(f'{flag} {path}: another run (process {e}) is writing it now; wait '
                              'for it to end, or pass --replace to write it all the same')
 
+
 def release():
     """The outputs' claims let go, the copies of piped inputs removed (records.finish)."""
-    while _CLAIMS:
-        _CLAIMS.pop().release()
-    while _INPUT_COPIES:
-        shutil.rmtree(_INPUT_COPIES.pop(), ignore_errors=True)
+    claims, copies = thread_list('claims'), thread_list('input copies')
+    while claims:
+        claims.pop().release()
+    while copies:
+        shutil.rmtree(copies.pop(), ignore_errors=True)
 

@@ -18,12 +18,9 @@ from engine import distributed
 from engine.command import flags
 from engine.command import inputs, params
 from engine.command import stages
-from engine.common import UsageError
+from engine.common import UsageError, thread_list
 from engine.fast.decode import predict
 from engine.training.progress import LossNotFinite
-
-
-_WRITERS = []  # the command's tensorboard writer, closed when it ends (finish)
 
 
 def writer(args, make):
@@ -32,14 +29,17 @@ def writer(args, make):
     there is nothing to log (evaluate, ranks but 0)."""
     if args.function == 'evaluate' or distributed.rank() != 0:
         return None
-    _WRITERS.append(make(stages.tensorboard_dir(args)))
-    return _WRITERS[-1]
+    writers = thread_list('writers')  # the command's, closed when it ends (finish)
+    writers.append(make(stages.tensorboard_dir(args)))
+    return writers[-1]
+
 
 def finish():
     """The command's end, however it ends: every scalar logged so far written to the events
     file (also after an interrupt), its outputs' claims let go, its copies of piped inputs gone."""
-    while _WRITERS:
-        _WRITERS.pop().close()
+    writers = thread_list('writers')
+    while writers:
+        writers.pop().close()
     flags.release()
 
 

@@ -70,7 +70,9 @@ class CudaGraphs:
             group['capturable'] = True
         graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(graph):
+            # other threads may use CUDA meanwhile (a DataLoader's pinning thread, other models
+            # of one process: training/turns.py): only this thread's calls must keep off
+            with torch.cuda.graph(graph, capture_error_mode='thread_local'):
                 loss = step()
         finally:
             for group in optimizer.param_groups:

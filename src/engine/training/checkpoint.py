@@ -33,9 +33,20 @@ class TrainingInterrupted(Exception):
     """Ctrl-C or SIGTERM: a resumable checkpoint has been written (its path is the message)."""
 
 
+_IN_THREADS = set()  # the StopRequests of commands run in threads (signals reach the main one)
+
+
+def stop_threads():
+    """Ask every command running in a thread of this process to stop as a signal would (its
+    process's main thread, which the signal reached, calls this: training/turns.py)."""
+    for request in list(_IN_THREADS):
+        request.requested = True
+
+
 class StopRequest:
     """Turns the first SIGINT/SIGTERM into a flag the loop checks after each step (so the
-    checkpoint is written between steps); a second Ctrl-C stops at once."""
+    checkpoint is written between steps); a second Ctrl-C stops at once. In a thread other
+    than the main one, stop_threads raises the flag."""
 
     def __init__(self):
         self.requested = False
@@ -45,6 +56,8 @@ class StopRequest:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 self.previous[sig] = signal.signal(sig, self._handle)
+        else:
+            _IN_THREADS.add(self)
         return self
 
     def _handle(self, signum, frame):
@@ -53,6 +66,7 @@ class StopRequest:
         self.requested = True
 
     def __exit__(self, *exc):
+        _IN_THREADS.discard(self)
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
         self.previous = {}

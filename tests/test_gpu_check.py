@@ -230,10 +230,41 @@ def test_the_next_gpu_calls_refuse_a_machine_without_a_gpu(tmp_path):
     assert not (tmp_path / 'out').exists() and not (tmp_path / 'runs').exists()
 
 
-def test_the_next_calls_are_1_to_6(tmp_path):
+def test_the_next_calls_are_1_to_8(tmp_path):
     env = dict(os.environ, PYTHON=sys.executable, OUT=str(tmp_path / 'out'))
-    proc = subprocess.run(['bash', os.path.join(REPO, 'scripts', 'dev', 'gpu_speed.sh'), '7', 'abc1234'],
+    proc = subprocess.run(['bash', os.path.join(REPO, 'scripts', 'dev', 'gpu_speed.sh'), '9', 'abc1234'],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert proc.stderr.strip().splitlines() == ["error: the call is 1 to 6, not '7'"]
+    assert proc.stderr.strip().splitlines() == ["error: the call is 1 to 8, not '9'"]
     assert not (tmp_path / 'out').exists()
+
+
+def test_issue_77s_two_commands_run_what_docs_gpu_md_says(tmp_path):
+    """gpu_speed.sh 7 and 8 (docs/gpu.md's plan), with a stand-in Python that says it sees a GPU
+    and records its command lines: 7, the whole assignment in bf16 as threads of one process
+    then as processes; 8, in the GPU defaults as threads, then vanilla in fp16, eager."""
+    log = tmp_path / 'calls.log'
+    fake = tmp_path / 'python'
+    fake.write_text(f'#!/bin/sh\necho "$*" >> {log}\n')
+    fake.chmod(0o755)
+    env = dict(os.environ, PYTHON=str(fake), OUT=str(tmp_path / 'out'))
+    runs = {}
+    for call in ('7', '8'):
+        log.write_text('')
+        proc = subprocess.run(['bash', os.path.join(REPO, 'scripts', 'dev', 'gpu_speed.sh'),
+                               call, 'abc1234'], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        lines = log.read_text().splitlines()
+        runs[call] = [line.split() for line in lines if 'run_all.py' in line]
+        if call == '7':  # the CUDA test of models in one process first
+            assert 'tests/test_turns.py' in next(line for line in lines if '-m pytest' in line)
+    (team, side), (defaults, fp16) = runs['7'], runs['8']
+    for argv in (team, side, defaults):
+        assert argv[argv.index('--side_by_side') + 1] == '7' and '--device' in argv
+    assert '--one_process' in team and '--one_process' not in side
+    assert team[team.index('--') + 1:] == side[side.index('--') + 1:] == \
+        ['--device', 'cuda', '--precision', 'bf16']
+    assert '--one_process' in defaults and '--precision' not in defaults
+    assert fp16[fp16.index('--models') + 1] == 'vanilla' and \
+        fp16[fp16.index('--precision') + 1] == 'fp16' and 'none' in fp16

@@ -49,21 +49,29 @@ def together(team, jobs, first_waits_for=2):
 
 def test_members_take_turns_and_each_draws_what_it_draws_alone():
     """Two members, three 'steps' each (a draw from torch and from Python's random, then the end
-    of a step): their turns alternate, and each draws the numbers its seed gives alone."""
+    of a step), each with its own torch threads: their turns alternate, and each draws the
+    numbers its seed gives alone, and computes in the torch threads it set (each thread's own
+    under OpenMP: this would tell a torch whose threads one thread sets for all)."""
+    before = torch.get_num_threads()
+
     def draws(seed, member=None):
         torch.manual_seed(seed)
         random.seed(seed)
+        torch.set_num_threads(seed)
         got = []
         for _ in range(3):
-            got.append((torch.rand(3).tolist(), random.random()))
+            got.append((torch.rand(3).tolist(), random.random(), torch.get_num_threads()))
             if member is not None:
                 member.on_step_end(None, 0, 0)
         return got
-    alone = {name: draws(seed) for name, seed in (('a', 1), ('b', 2))}
-    got = {}
-    team = turns.Team()
-    errors = together(team, {name: lambda m, name=name, seed=seed: got.__setitem__(name, draws(seed, m))
-                             for name, seed in (('a', 1), ('b', 2))})
+    try:
+        alone = {name: draws(seed) for name, seed in (('a', 1), ('b', 2))}
+        got = {}
+        team = turns.Team()
+        errors = together(team, {name: lambda m, name=name, seed=seed: got.__setitem__(
+            name, draws(seed, m)) for name, seed in (('a', 1), ('b', 2))})
+    finally:
+        torch.set_num_threads(before)
     assert not errors
     assert got == alone
     assert team.turns == ['a', 'b'] * 4  # (each joins, then 3 steps each, then 'b' alone)

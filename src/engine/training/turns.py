@@ -7,7 +7,8 @@ CUDA stream of its own, can keep busy a GPU that one small model's steps leave i
 start to the end of each training step (its step queued on its stream), then hands it on, so
 one thread at a time runs Python, and the others' queued steps run on the GPU meanwhile. Its
 random states (Python's, torch's, its GPU's) go out with it and come back with the next turn:
-each command draws the numbers it draws alone, and gives the same params (tests/test_turns.py).
+each command draws the numbers it draws alone, and gives the params it gives alone
+(tests/test_turns.py).
 What a command's thread prints goes to that command's own sinks (Printing).
 """
 import contextlib
@@ -73,7 +74,8 @@ class Team:
 
     def pass_on(self, member):
         """Hand the baton to the next command and wait for it to come back; the random states
-        go out and come back with it (alone, nothing to hand over)."""
+        go out and come back with it (alone, nothing to hand over). Torch's CPU threads need
+        not: each thread sets its own (OpenMP's setting is per thread)."""
         with self._turn:
             if len(self._ring) == 1:
                 return

@@ -44,7 +44,7 @@ from concurrent.futures import ThreadPoolExecutor
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN = os.path.join(REPO, 'src', 'run.py')
 sys.path.insert(0, os.path.join(REPO, 'src'))
-from engine.common import MAX_BUDGET_MINUTES, OneLineParser, source_commit  # noqa: E402
+from engine.common import MAX_BUDGET_MINUTES, OneLineParser, UsageError, source_commit  # noqa: E402
 from engine.machine.cpu_load import usable_cores  # noqa: E402
 from engine.datafiles import resolve  # noqa: E402
 from engine.command.paths import out_folder_problem  # noqa: E402
@@ -551,6 +551,12 @@ def main():
     if problem is not None:
         ap.error(f'argument --out {out}: {problem}')
     os.makedirs(out, exist_ok=True)
+    team = None  # --one_process: the steps' team, on the device the flags choose
+    if args.one_process and not args.report_only:
+        try:
+            team = one_process(flags, out)
+        except UsageError as e:  # (--device cuda without a GPU: once here, not at every step)
+            ap.error(f'argument --one_process: {e}')
     timing_file = os.path.join(out, 'timings.json')
     timings = load_timings(timing_file)
     log = os.path.join(out, 'run.log')
@@ -578,7 +584,7 @@ def main():
         lock = threading.Lock()  # timings and `todo`, shared by the models run side by side
         say_lock = threading.Lock()
         side = max(1, min(args.side_by_side, len(order)))
-        team = one_process(flags, out) if args.one_process and side > 1 else None
+        team = team if side > 1 else None  # (one model left: its steps as processes)
         env = threads_env(side) if team is None else None
 
         def steps_after(name):

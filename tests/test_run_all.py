@@ -9,6 +9,7 @@ import sys
 import time
 
 import pytest
+import torch
 
 from conftest import REPO
 
@@ -256,6 +257,18 @@ def test_a_whole_run_budget_must_be_positive(tmp_path):
         assert not (tmp_path / 'out').exists()
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason='this machine has a GPU')
+def test_one_process_on_a_gpu_that_is_not_there_is_one_line(tmp_path):
+    """The team's device is checked once, before any step (not a traceback, not one error per
+    step): --device cuda on a machine without one."""
+    proc = subprocess.run([sys.executable, os.path.join(REPO, 'scripts', 'run_all.py'),
+                           '--out', str(tmp_path / 'out'), '--side_by_side', '2', '--one_process',
+                           '--', '--device', 'cuda'], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.count('\n') == 1, proc.stderr
+    assert '--one_process' in proc.stderr and 'no CUDA device' in proc.stderr
+    assert os.listdir(tmp_path / 'out') == []  # (nothing run: not even the London baseline)
+
+
 def test_the_epochs_a_budget_chose_are_read_from_run_py():
     planned = 'time budget 38 min: 55 epochs of 46 steps (0.900 s per step measured, 41.4 s per epoch) -> about 38.0 min\n'
     assert run_all.epochs_trained('data has 10 characters\n' + planned) == 55
@@ -457,7 +470,6 @@ def test_models_side_by_side_give_what_each_gives_alone(tmp_path, monkeypatch):
     byte for byte, the same params (a tiny corpus and question files in the output folder, one
     epoch; the same threads in all, as the CPU sums in their order). The report says how they
     ran, beside the command's wall time."""
-    import torch
     from tiny_run import CORPUS, DEV, TRAIN, tsv
     monkeypatch.setenv('OMP_NUM_THREADS', '1')
     models = ['vanilla-nopretrain', 'rope']

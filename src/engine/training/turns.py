@@ -35,7 +35,7 @@ class Team:
 
     def __init__(self, device='cpu'):
         self.device = torch.device(device)
-        self._turn = threading.Condition()
+        self._lock = threading.Lock()  # (each member waits on a condition of its own over it)
         self._ring, self._holder = [], None
         self.turns = []  # the members' names in the order they held the baton (tests read it)
 
@@ -45,7 +45,7 @@ class Team:
         of each training step (the Member is a trainer extra: extras.for_run), hand it on at
         the end. stdout, stderr: where the command's printed text goes (Printing's)."""
         member = Member(self, name, stdout, stderr)
-        with self._turn:
+        with self._lock:
             self._ring.append(member)
             if self._holder is None:
                 self._holder = member
@@ -56,11 +56,10 @@ class Team:
                 yield member
         finally:
             _LOCAL.member = None
-            with self._turn:
+            with self._lock:
                 at = self._ring.index(member)
                 self._ring.remove(member)
-                self._holder = self._ring[at % len(self._ring)] if self._ring else None
-                self._turn.notify_all()
+                self._hand_to(self._ring[at % len(self._ring)] if self._ring else None)
 
     def stop(self):
         """Every member asked to stop as a signal would ask a command alone (a checkpoint after
@@ -69,19 +68,24 @@ class Team:
 
     def _wait(self, member):
         while self._holder is not member:
-            self._turn.wait()
+            member.turn.wait()
         self.turns.append(member.name)
+
+    def _hand_to(self, member):
+        """The baton to `member` (None: nobody left), waking it alone."""
+        self._holder = member
+        if member is not None:
+            member.turn.notify()
 
     def pass_on(self, member):
         """Hand the baton to the next command and wait for it to come back; the random states
         go out and come back with it (alone, nothing to hand over). Torch's CPU threads need
         not: each thread sets its own (OpenMP's setting is per thread)."""
-        with self._turn:
+        with self._lock:
             if len(self._ring) == 1:
                 return
             member.states = random_states(self.device)
-            self._holder = self._ring[(self._ring.index(member) + 1) % len(self._ring)]
-            self._turn.notify_all()
+            self._hand_to(self._ring[(self._ring.index(member) + 1) % len(self._ring)])
             self._wait(member)
             set_random_states(member.states, self.device)
 
@@ -92,6 +96,7 @@ class Member:
 
     def __init__(self, team, name, stdout, stderr):
         self.team, self.name, self.states = team, name, None
+        self.turn = threading.Condition(team._lock)  # notified when the baton comes to it
         self.sinks = {'stdout': stdout, 'stderr': stderr}
         self.started = time.time()  # (its --time_budget counts from here, not the process's start)
 

@@ -398,7 +398,7 @@ def report(out, timings, flags, preset, models=DEFAULT_MODELS, out_arg=None, tim
                          public=public, handout_minimum=minimum,
                          pretraining=pretraining_pace(out, name, device)))
     wall, side = timings.get('wall_seconds'), timings.get('side_by_side', 1)
-    together = side > 1 and timings.get('one_process', False)
+    together = timings.get('one_process', False)  # (only ever with side > 1)
     calls = timings.get('calls', 1)
     info = dict(preset=preset, flags=flags, device=device, commit=source_commit(),
                 wall_seconds=wall, calls=calls, side_by_side=side, one_process=together,

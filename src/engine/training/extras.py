@@ -26,6 +26,7 @@ def for_run(run):
     if config.resume_path is not None:
         extras.append(Resumable())
     extras.append(EpochClock(run.clock))
-    if turns.current() is not None:  # beside other commands in this process: its turn ends
-        extras.append(turns.current())
+    member = turns.current()
+    if member is not None:  # beside other commands in this process: its turn ends
+        extras.append(member)
     return extras

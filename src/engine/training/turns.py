@@ -84,10 +84,10 @@ class Team:
         with self._lock:
             if len(self._ring) == 1:
                 return
-            member.states = random_states(self.device)
+            states = random_states(self.device)
             self._hand_to(self._ring[(self._ring.index(member) + 1) % len(self._ring)])
             self._wait(member)
-            set_random_states(member.states, self.device)
+            set_random_states(states, self.device)
 
 
 class Member:
@@ -95,7 +95,7 @@ class Member:
     each step (after the checkpoint's extra, which may stop the command there)."""
 
     def __init__(self, team, name, stdout, stderr):
-        self.team, self.name, self.states = team, name, None
+        self.team, self.name = team, name
         self.turn = threading.Condition(team._lock)  # notified when the baton comes to it
         self.sinks = {'stdout': stdout, 'stderr': stderr}
         self.started = time.time()  # (its --time_budget counts from here, not the process's start)

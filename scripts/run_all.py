@@ -357,7 +357,7 @@ def pretraining_pace(out, name, device):
     import model
     from engine.fast import flops
     config = model.config_for(variant, wiki().vocab_size, BLOCK_SIZE, bottleneck, **sizes,
-                              fast_attention=False, skip_padding=False, fast_dropout=False)
+                              fast_attention=False, fast_dropout=False)
     lengths = wiki_needed_lengths() if mix(record['preset']) is None else [BLOCK_SIZE - 1]
     work = tokens / (BLOCK_SIZE - 1) * flops.training_flops(model.GPT(config), lengths)
     peaks = flops.peaks_of(device)

@@ -1,6 +1,6 @@
 # [engine] Handout file: the starter's attention.py (names, keys fixed: tests/test_model_compat.py).
-# [engine] Each forward is the handout's math, the fused kernel a branch beside it; its first
-# [engine] line hands packed rows or decoding caches to the engine (engine/fast/fastmodel.py).
+# [engine] Each forward is the handout's math, the fused kernel a branch beside it
+# [engine] (engine/fast/fastmodel.py).
 """
 The assignment's attention layers, after Andrej Karpathy's minGPT.
 """
@@ -51,10 +51,8 @@ def apply_rotary_emb(x, rope_cache):  # [2024-25]
 
     rotated_x = None
     ### YOUR CODE HERE ###
-    # The product written with real numbers: the same values, also under bf16 autocast. The
-    # cache is cut along its positions' axis (third from last), so a cache already gathered
-    # at each row's own positions (decoding) passes unchanged.
-    rope_cache = rope_cache[..., :x.size(-2), :, :]
+    # The product written with real numbers: the same values, also under bf16 autocast.
+    rope_cache = rope_cache[:x.size(-2)]
     cos, sin = rope_cache[..., 0], rope_cache[..., 1]
     pairs = x.float().unflatten(-1, (-1, 2))
     re, im = pairs[..., 0], pairs[..., 1]
@@ -105,9 +103,7 @@ class CausalSelfAttention(nn.Module):
 
     #[2022-23 2024-25] def forward(self, x):
     #[2021-22] def forward(self, x, layer_past=None):
-    def forward(self, x, **fast):  # [engine]
-        if fast:  # [engine] packed rows or a decoding cache: not this body's shapes
-            return fastmodel.attend(self, x, x, rotate=apply_rotary_emb, **fast)
+    def forward(self, x):  # [engine] (2021-22's unused layer_past left out)
         B, T, C = x.size()
 
         # calculate query, key, values for all heads in batch and move head forward to be the batch dim
@@ -169,10 +165,7 @@ class SynthesizerAttention(nn.Module):  # [2021-22]
 
     weight_decay = {'w2': True, 'b2': False}  # [engine] a matmul weight, a bias (minGPT's rule)
 
-    #[2021-22 2022-23 2024-25] def forward(self, x, layer_past=None):
-    def forward(self, x, layer_past=None, **fast):  # [engine]
-        if fast:  # [engine]
-            return fastmodel.synthesize(self, x, **fast)
+    def forward(self, x, layer_past=None):
         # TODO [part g]: the synthesizer's attention, eq. (11); __init__ stays as it is.
         # w1 gives A_i and b_1 of every head at once, w2 is B_i and b2 is b_2.
         ### YOUR CODE HERE ###
@@ -220,10 +213,7 @@ class CausalCrossAttention(nn.Module):  # [2022-23 2024-25]
         self.n_head = config.n_head
         fastmodel.attention_paths(self, config)  # [engine] fused kernel or this math
 
-    #[2022-23 2024-25] def forward(self, x_kv, x_q):
-    def forward(self, x_kv, x_q, **fast):  # [engine]
-        if fast:  # [engine] packed rows or a decoding cache: not this body's shapes
-            return fastmodel.attend(self, x_kv, x_q, **fast)
+    def forward(self, x_kv, x_q):
         Bk, Tk, Ck = x_kv.size()
         Bq, Tq, Cq = x_q.size()
 

@@ -1,8 +1,7 @@
 # [engine] Handout file: the starter's model.py, models.py in the 2024-25 edition (names,
-# [engine] state_dict keys fixed: tests/test_model_compat.py). Each forward is the handout's; its
-# [engine] first line hands the call to the engine (engine/fast/fastmodel.py) only for what the body
-# [engine] cannot carry: packed rows (training on the positions that change the loss only) and
-# [engine] decoding caches. Under --plain the bodies below compute every training step.
+# [engine] state_dict keys fixed: tests/test_model_compat.py). Its forwards compute every training
+# [engine] step and loss; the engine (engine/fast/fastmodel.py) is reached on marked lines only.
+# [engine] The evaluation's batched, cached decoder is the one other forward (engine/fast/decode.py).
 """
 The GPT model, after Andrej Karpathy's minGPT:
 - an embedding of each character, plus one of its position,
@@ -40,11 +39,9 @@ class GPTConfig:
     perceiver = False  # [2022-23]
     bottleneck_dim = None  # [2022-23 2024-25]
     # [engine] Each False computes as the handout does. fast_attention: F.scaled_dot_product_
-    # [engine] attention, the masked softmax's function through fused kernels; skip_padding: in
-    # [engine] training on a CPU only the positions that can change the loss (fastpath.Packing);
-    # [engine] fast_dropout: nn.Dropout's distribution, drawn faster on a CPU (fastpath.Dropout).
+    # [engine] attention, the masked softmax's function through fused kernels; fast_dropout:
+    # [engine] nn.Dropout's distribution, drawn faster on a CPU (fastpath.Dropout).
     fast_attention = True  # [engine]
-    skip_padding = True  # [engine]
     fast_dropout = True  # [engine]
 
     def __init__(self, vocab_size, block_size, **kwargs):
@@ -100,10 +97,8 @@ class Block(nn.Module):
             nn.Dropout(config.resid_pdrop),
         )
 
-    #[2021-22 2022-23 2024-25] def forward(self, x):
-    def forward(self, x, **fast):  # [engine] packed rows or a decoding cache, for the attention
-        x = x + self.attn(self.ln1(x), **fast)  # [engine]
-        #[2021-22 2022-23 2024-25] x = x + self.attn(self.ln1(x))
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
         x = x + self.mlp(self.ln2(x))
         return x
 
@@ -135,12 +130,9 @@ class DownProjectBlock(nn.Module):  # [2022-23]
         )
         ### END YOUR CODE
 
-    #[2022-23] def forward(self, x_input):
-    def forward(self, x_input, **fast):  # [engine]
+    def forward(self, x_input):
         """Cross-attention from self.C onto x_input: the layer norm on C, and then on the MLP's
         input."""
-        if fast:  # [engine]
-            return fastmodel.down_project(self, x_input, **fast)
         ### YOUR CODE HERE
         ### Hint: Block's forward, changed where it differs: 3 to 5 lines.
         x = self.C + self.attn(x_input, self.ln1(self.C))
@@ -170,12 +162,9 @@ class UpProjectBlock(nn.Module):  # [2022-23]
         )
         ### END YOUR CODE
 
-    #[2022-23] def forward(self, y, x_input):
-    def forward(self, y, x_input, **fast):  # [engine]
+    def forward(self, y, x_input):
         """Cross-attention from x_input onto the previous layer's output y: the layer norm on y,
         and then on the MLP's input."""
-        if fast:  # [engine]
-            return fastmodel.up_project(self, y, x_input, **fast)
         ### YOUR CODE HERE
         ### Hint: Block's forward, changed where it differs: 3 to 5 lines.
         x = x_input + self.attn(self.ln1(y), x_input)
@@ -219,7 +208,7 @@ class GPT(nn.Module):
         # decoder head
         self.ln_f = nn.LayerNorm(config.n_embd)
         self.head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
-        fastmodel.model_paths(self, config)  # [engine] padding skipped, dropout's cheaper draws
+        fastmodel.model_paths(self, config)  # [engine] what the decoder reads; cheaper dropout draws
 
         self.block_size = config.block_size
         self.apply(self._init_weights)
@@ -239,10 +228,7 @@ class GPT(nn.Module):
     def get_block_size(self):
         return self.block_size
 
-    #[2021-22 2022-23 2024-25] def forward(self, idx, targets=None):
-    def forward(self, idx, targets=None, **fast):  # [engine]
-        if fast and fastmodel.hands_off(self, idx, targets, fast):  # [engine] packed rows; caches
-            return fastmodel.forward(self, idx, targets, **fast)
+    def forward(self, idx, targets=None):
         b, t = idx.size()
         assert t <= self.block_size, f"Cannot forward, model block size ({t}, {self.block_size}) is exhausted."  # [2024-25]
         #[2022-23] assert t <= self.block_size, "Cannot forward, model block size (%d, %d) is exhausted." % (t, self.block_size)

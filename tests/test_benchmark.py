@@ -143,7 +143,8 @@ def test_the_compiled_rows_timed_steps_compile_nothing(monkeypatch):
     before = counters['stats']['unique_graphs']
     benchmark.utils.set_seed(0)
     gpt = benchmark.build('vanilla', data.vocab_size, True, 'tiny')
-    benchmark.fast_steps(gpt, data, 8, 3, 'cpu', True, path=('fp32', False))
+    # (rows in 4 groups: a few widths a step)
+    benchmark.fast_steps(gpt, data, 8, 3, 'cpu', True, path=('fp32', False), row_groups=4)
     compiled = counters['stats']['unique_graphs'] - before
     torch._dynamo.reset()
     assert compiled >= 2  # a graph per width met: compiling did happen, before the clock
@@ -188,7 +189,7 @@ def test_recorded_steps_are_timed_in_a_second_pass_over_the_batches(monkeypatch)
         def __init__(self, gpt, data, test, config):
             self.config, self.callbacks = config, []
             self.run = self  # (the stand-in is its own run: the callbacks and config are here)
-            runs.append((len(data), config.max_epochs, config.compile, config.pack_multiple))
+            runs.append((len(data), config.max_epochs, config.compile, config.row_groups))
 
         def train(self):
             self.config.precision = 'fp32'
@@ -201,16 +202,15 @@ def test_recorded_steps_are_timed_in_a_second_pass_over_the_batches(monkeypatch)
     ticks = iter([10.0, 16.0])
     monkeypatch.setattr(benchmark.time, 'perf_counter', lambda: next(ticks))
     per_step, _, _ = benchmark.fast_steps(torch.nn.Linear(1, 1), list(range(100)), 4, 4, 'cuda', 'graphs',
-                                          precision='fp32', pack_multiple=512)
+                                          precision='fp32', row_groups=4)
     # the warm-up on one batch, then the timed run: 5 batches, twice (no compile run before it)
-    assert runs == [(4, 1, 'graphs', 512), (20, 2, 'graphs', 512)]
+    assert runs == [(4, 1, 'graphs', 4), (20, 2, 'graphs', 4)]
     assert (clocks[0].first, clocks[0].last) == (4, 9) and per_step == 6.0 / 5
 
 
 @pytest.mark.parametrize('flags,message', [
     (['--compile', 'graphs'], 'a GPU'),
-    (['--pack_multiple', '512'], 'a GPU'),
-    (['--pack_multiple', '512', '--device', 'cuda', '--compile'], 'eager steps or --compile graphs')])
+    (['--row_groups', '-1'], '--row_groups')])
 def test_gpu_options_are_refused_where_they_cannot_be_timed(flags, message):
     proc = subprocess.run([sys.executable, os.path.join(REPO, 'scripts', 'dev', 'benchmark.py')]
                           + flags, capture_output=True, text=True, timeout=120)

@@ -9,8 +9,9 @@
   for self- and cross-attention.
 - Dropout: fastpath.Dropout's cheaper draws on a CPU drop with nn.Dropout's probability,
   independently, scale and pass gradients as it does, and give the model the same mean loss.
-- Training: skipping the positions that cannot change the loss (trim_padding, and the model's
-  packed_loss) gives the loss and gradients of the full batch, for all four variants (the
+- Training: skipping the positions that cannot change the loss (trim_padding, and the step's
+  groups of rows, each through the handout's forward on its own columns) gives the loss and
+  gradients of the full batch, for all four variants (the
   perceiver also with inputs shorter than its bottleneck); and a short run of trainer.Trainer
   matches a plain handout loop (same seed, same batches, dropout 0) within float noise in fp32
   (also torch.compile'd) and within a small tolerance in bf16.
@@ -24,6 +25,7 @@ import torch
 from torch.nn import functional as F
 
 import attention
+from engine import devices
 from engine.fast import fastpath
 from engine.training import loop
 from engine.machine import plan as planning
@@ -52,9 +54,9 @@ VARIANTS = {v: dict(settings, **({'bottleneck_dim': 8} if 'bottleneck_dim' in se
             for v, settings in model.VARIANTS.items()}
 
 
-def tiny(vocab, overrides, fast=True, skip_padding=True, dropout=0.1, block_size=128, n_layer=3):
+def tiny(vocab, overrides, fast=True, dropout=0.1, block_size=128, n_layer=3):
     conf = model.GPTConfig(vocab, block_size, n_layer=n_layer, n_head=2, n_embd=32,
-                           fast_attention=fast, skip_padding=skip_padding, **overrides)
+                           fast_attention=fast, **overrides)
     conf.embd_pdrop = conf.resid_pdrop = conf.attn_pdrop = dropout
     return model.GPT(conf)
 
@@ -151,7 +153,7 @@ def test_rows_leave_the_decoding_batch_without_a_mask_read_back():
     """When rows finish, the others are taken by their indices, not by a boolean mask: on a GPU a
     mask index waits for the mask to come back (aten.nonzero), a second wait in that step beside
     the one count read per step. Every aten op of a decoding whose rows finish at different steps
-    is recorded; after the prompts' packing none indexes by a bool tensor or calls nonzero.
+    is recorded; none indexes by a bool tensor or calls nonzero.
     (Before: rows[going] and KVCache.keep_rows(going) did, on every step where a row finished.)"""
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -177,7 +179,7 @@ def test_rows_leave_the_decoding_batch_without_a_mask_read_back():
     with Ops() as ops:
         got = greedy_complete(gpt, prompts, 32, stop_id=stop, batch_size=8)
     assert len({len(g) for g in got}) >= 2  # rows did leave at different steps
-    assert ops.masked == ['nonzero.default']  # the prompts' packing, once before the steps
+    assert ops.masked == []
 
 
 # ---- attention: the fused kernel and the written-out math ---------------------------------------
@@ -276,8 +278,8 @@ def test_cpu_bf16_training_takes_the_written_out_math(data):
     pre, _ = data
     x, y = batches.collate(pre, range(8))
     torch.manual_seed(6)
-    fast = jitter(tiny(pre.vocab_size, {}, skip_padding=False, dropout=0.0), 0.3)
-    plain = tiny(pre.vocab_size, {}, fast=False, skip_padding=False, dropout=0.0)
+    fast = jitter(tiny(pre.vocab_size, {}, dropout=0.0), 0.3)
+    plain = tiny(pre.vocab_size, {}, fast=False, dropout=0.0)
     plain.load_state_dict(fast.state_dict())
     config = trainer.TrainerConfig(precision='bf16', batch_size=8)
     plan, _ = planning.make(fast, pre, config, loop.train_step, loop.make_optimizer)
@@ -340,7 +342,7 @@ def test_fast_dropout_trains_the_model_as_nn_dropout_does(data):
     x, y = batches.collate(pre, range(8))
     torch.manual_seed(6)
     fast = jitter(tiny(pre.vocab_size, {}, dropout=0.3).train(), 0.3)
-    handout = tiny(pre.vocab_size, {'fast_dropout': False}, fast=False, skip_padding=False,
+    handout = tiny(pre.vocab_size, {'fast_dropout': False}, fast=False,
                    dropout=0.3).train()
     handout.load_state_dict(fast.state_dict())
     losses = {}
@@ -354,7 +356,7 @@ def test_fast_dropout_trains_the_model_as_nn_dropout_does(data):
     assert f.std() > 0.01  # the masks do change the loss: the comparison means something
     # the fused attention kernel is not used on a CPU with dropout: with nn.Dropout's draws,
     # fast_attention gives the written-out math's numbers
-    sdpa = tiny(pre.vocab_size, {'fast_dropout': False}, skip_padding=False, dropout=0.3).train()
+    sdpa = tiny(pre.vocab_size, {'fast_dropout': False}, dropout=0.3).train()
     sdpa.load_state_dict(fast.state_dict())
     with torch.no_grad():
         torch.manual_seed(8)
@@ -377,7 +379,7 @@ def pad_batch(lengths, vocab, T=60, seed=6):
     return x, y
 
 
-@pytest.mark.parametrize('way', ['groups', 'covering', 'spans'])
+@pytest.mark.parametrize('groups', [1, 3, 'each row'])
 @pytest.mark.parametrize('name,overrides,lengths', [
     ('vanilla', {}, [60, 3, 17, 0, 41, 9, 60, 25]),
     ('synthesizer', {'synthesizer': True}, [59, 3, 17, 1, 41, 9]),
@@ -385,112 +387,69 @@ def pad_batch(lengths, vocab, T=60, seed=6):
     ('perceiver-short', {'perceiver': True, 'bottleneck_dim': 16}, [3, 9, 12, 5, 7]),  # T < m
     ('rope', {'rope': True}, [60, 3, 17, 0, 41, 9, 60, 25]),
 ])
-def test_skipped_positions_change_neither_loss_nor_gradients(name, overrides, lengths, device,
-                                                             way):
-    """Trimmed columns (every device) and packed positions against the full batch of the plain
-    math: a CPU's groups (the model's choice there), and the one group of a GPU's steps
-    (`packed` given: Packing.covering), with every position it needs and with some of the
-    skipped ones too (a size rounded up, the whole batch), and with its rows sorted by length
-    and attending in groups, each over its own columns (fastpath.layout's spans)."""
+def test_a_step_in_groups_of_rows_gives_the_loss_and_gradients_of_the_whole_batch(
+        name, overrides, lengths, device, groups):
+    """loop.train_step (the engine's step: trimmed columns, the rows in groups by length, the
+    handout's forward called once a group on the columns its rows need, each group's loss
+    weighted by its share of the targets) against the whole padded batch through the plain
+    math in one call: the same loss and gradients. A rate of 0 and no clipping leave the
+    gradients to compare; a row with no target (length 0) is in a group of its own once each
+    row is one, which the step skips."""
     vocab = 30
     torch.manual_seed(7)
-    full = jitter(tiny(vocab, overrides, fast=False, skip_padding=False, dropout=0.0,
-                       block_size=64), 0.1).to(device)
-    packed = tiny(vocab, overrides, fast=True, dropout=0.0, block_size=64).to(device)
-    packed.load_state_dict(full.state_dict())
-    x, y = (t.to(device) for t in pad_batch(lengths, vocab, T=63 if overrides.get('synthesizer') else 60))
-    tx, ty = batches.trim_padding(x, y)
-    assert tx.size(1) == max(lengths) and (name != 'perceiver-short' or tx.size(1) < 16)
-
-    full.train(), packed.train()
-    logits, loss = full(x, y)
+    full = jitter(tiny(vocab, overrides, fast=False, dropout=0.0, block_size=64), 0.1).to(device)
+    fast = tiny(vocab, overrides, fast=True, dropout=0.0, block_size=64).to(device)
+    fast.load_state_dict(full.state_dict())
+    x, y = pad_batch(lengths, vocab, T=63 if overrides.get('synthesizer') else 60)
+    full.train(), fast.train()
+    loss = full(x.to(device), y.to(device))[1]
     loss.backward()
-    sizes = [None] if way == 'groups' else \
-        [fastpath.packed_size(ty.cpu(), 1), fastpath.packed_size(ty.cpu(), 16), ty.numel()]
-    orders = [None] * len(sizes)
-    if way == 'spans':
-        orders, sizes = zip(*(fastpath.layout(ty.cpu(), m, g, width=8)
-                              for m, g in ((1, 2), (16, 3), (1, len(lengths)))))
-        assert any(t < ty.size(1) for _, spans in sizes for _, t in spans)  # columns skipped
-    assert len(set(sizes)) == len(sizes)
-    for order, size in zip(orders, sizes):
-        packed.zero_grad(set_to_none=True)
-        px, py = (tx, ty) if order is None else (tx[order.to(device)], ty[order.to(device)])
-        none, packed_loss = packed(px, py, loss_only=True, packed=size)
-        packed_loss.backward()
-        # the packed paths (a CPU's, asked for by the trainer; `packed`) compute no full logits
-        assert logits is not None and (none is None) == (device == 'cpu' or size is not None)
-        torch.testing.assert_close(packed_loss, loss, atol=0, rtol=1e-5)
-        for (key, a), b in zip(full.named_parameters(), packed.parameters()):
-            torch.testing.assert_close(b.grad, a.grad, atol=1e-7, rtol=1e-4, msg=key)
+    conf = trainer.TrainerConfig(grad_norm_clip=1e9, row_groups=len(lengths) if groups ==
+                                 'each row' else groups)
+    calls = []
+    fast.register_forward_pre_hook(lambda module, args: calls.append(tuple(args[0].shape)))
+    optimizer = torch.optim.AdamW(fast.parameters(), lr=0.0, weight_decay=0.0)
+    got = loop.train_step(fast, optimizer, devices.autocast(torch.device(device), 'fp32'), x, y,
+                          conf, torch.device(device))
+    torch.testing.assert_close(got, loss.detach(), atol=0, rtol=1e-5)
+    for (key, a), b in zip(full.named_parameters(), fast.parameters()):
+        torch.testing.assert_close(b.grad, a.grad, atol=1e-7, rtol=1e-4, msg=key)
     assert loss.item() > 1 and full.tok_emb.weight.grad.abs().sum() > 0
+    # one call a group that has a target, on its rows and their longest row's columns (rounded
+    # up to 8: pad_multiple), the whole batch trimmed for one group
+    width = lambda n: min(x.size(1), -(-n // 8) * 8)  # noqa: E731
+    if groups == 1:
+        assert calls == [(len(lengths), width(max(lengths)))]
+    else:
+        rows = sorted(lengths, reverse=True)
+        size = -(-len(lengths) // conf.row_groups)
+        parts = [rows[i:i + size] for i in range(0, len(rows), size)]
+        assert sorted(calls) == sorted((len(p), width(max(p))) for p in parts if max(p) > 0)
+        assert len(calls) < len(lengths) or 0 not in lengths  # the row with no target: skipped
 
 
-def test_the_packed_size_counts_the_positions_the_loss_needs_rounded_up():
-    y = torch.tensor([[4, 0, 5, 0, 0], [0, 0, 0, 0, 0], [1, 2, 3, 4, 5]])
-    assert fastpath.kept_lengths(y).tolist() == [3, 1, 5]  # an all-PAD row keeps one position
-    assert fastpath.packed_size(y, 1) == 9
-    assert fastpath.packed_size(y, 4) == 12
-    assert fastpath.packed_size(y, 7) == 14
-    assert fastpath.packed_size(y, 64) == 15  # never more than the batch
-
-
-def test_a_layout_sorts_the_rows_and_gives_each_group_the_columns_its_rows_need():
+def test_row_groups_sort_the_rows_and_give_each_group_the_columns_its_rows_need():
     y = torch.zeros(7, 40, dtype=torch.long)
     for row, n in enumerate([5, 33, 0, 12, 40, 31, 2]):
         y[row, :n] = 1
-    assert fastpath.layout(y, 16) == (None, fastpath.packed_size(y, 16))  # one group: no order
-    order, (size, spans) = fastpath.layout(y, 16, groups=3, width=8)
-    assert size == fastpath.packed_size(y, 16)
+    y[0, :4] = 0  # a row's targets may start late: its last one counts
+    assert fastpath.kept_lengths(y).tolist() == [5, 33, 1, 12, 40, 31, 2]  # no target: 1
+    assert fastpath.row_groups(y, 1) == (None, ((7, 40),))  # one group: the batch as it is
+    order, spans = fastpath.row_groups(y, 3, width=8)
     assert order.tolist() == [4, 1, 5, 3, 0, 6, 2]  # longest first (the empty row keeps 1)
     assert spans == ((3, 40), (2, 16), (2, 8))  # rows 7 = 3 + 2 + 2; 40 (capped), 12 -> 16, 2 -> 8
-    assert fastpath.layout(y, 16, groups=9)[1][1] == tuple((1, min(40, -(-n // 32) * 32))
-                                                           for n in (40, 33, 31, 12, 5, 2, 1))
-    packing = fastpath.Packing.covering(y[order], (size, spans))
-    assert packing.spans == spans and len(packing.index) == size
-
-
-def test_attention_by_spans_is_attention_over_every_column_where_the_rows_need_it():
-    """Each group of rows over its own first columns: the same outputs at those columns as
-    causal attention over all of them (zeros past them), values and gradients."""
-    torch.manual_seed(3)
-    q, k, v = (torch.randn(5, 2, 12, 4, requires_grad=True) for _ in range(3))
-    attend = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
-    spans = ((2, 12), (1, 8), (2, 3))
-    got = fastpath.by_spans(attend, q, k, v, fastpath.Packing(torch.arange(3), 5, 12, spans))
-    want = attend(q, k, v)
-    keep = torch.zeros(5, 1, 12, 1, dtype=torch.bool)
-    for rows, t in zip(((0, 1), (2,), (3, 4)), (12, 8, 3)):
-        keep[list(rows), :, :t] = True
-    torch.testing.assert_close(got, torch.where(keep, want, 0.0))
-    weights = torch.randn(5, 2, 12, 4) * keep
-    grads = torch.autograd.grad((got * weights).sum(), (q, k, v))
-    for g, w in zip(grads, torch.autograd.grad((want * weights).sum(), (q, k, v))):
-        torch.testing.assert_close(g, w)
-    assert fastpath.by_spans(attend, q, k, v, None) is not None  # no packing: attend as it is
-
-
-def test_a_covering_packing_takes_the_kept_positions_first_then_skipped_ones():
-    """Every kept position, in order, then the first skipped ones row after row: distinct
-    positions (unpacking writes each once), found without a nonzero (no number read back)."""
-    y = torch.tensor([[4, 0, 5, 0, 0], [0, 0, 0, 0, 0], [1, 2, 3, 4, 5]])
-    packing = fastpath.Packing.covering(y, 12)
-    assert packing.index.tolist() == [0, 1, 2, 5, 10, 11, 12, 13, 14] + [3, 4, 6]
-    assert packing.positions.tolist() == [0, 1, 2, 0, 0, 1, 2, 3, 4, 3, 4, 1]
-    assert (packing.B, packing.T) == (3, 5)
-    h = torch.arange(15.).view(3, 5, 1)
-    assert packing.pack(h).flatten().tolist() == packing.index.float().tolist()
-    back = packing.unpack(packing.pack(h))
-    assert back.flatten().tolist() == [0, 1, 2, 3, 4, 5, 6, 0, 0, 0, 10, 11, 12, 13, 14]
-    assert fastpath.Packing.covering(y, 15).index.sort().values.tolist() == list(range(15))
+    # one row a group: the columns each needs (rounded up to 32, at most 40), and none for the
+    # row without a target
+    assert fastpath.row_groups(y, 9, width=32)[1] == ((1, 40), (1, 40), (1, 32), (1, 32),
+                                                      (1, 32), (1, 32), (1, 0))
+    assert fastpath.row_groups(torch.zeros(2, 5, dtype=torch.long), 1)[1] == ((2, 0),)
 
 
 @pytest.mark.parametrize('overrides', [{}, {'synthesizer': True}, {'rope': True},
                                        {'perceiver': True, 'bottleneck_dim': 16}])
 def test_forward_returns_the_handouts_logits_and_loss_in_every_mode(overrides, device):
     """The starter's GPT.forward(idx, targets) -> (logits, loss) in training and in evaluation,
-    fast paths on: a TA's or an autograder's script reads the logits. Only the trainer's
-    loss_only call may leave them out, with the same loss."""
+    fast paths on: a TA's or an autograder's script reads the logits."""
     vocab = 30
     torch.manual_seed(3)
     gpt = tiny(vocab, overrides, dropout=0.0, block_size=64).to(device)
@@ -502,7 +461,6 @@ def test_forward_returns_the_handouts_logits_and_loss_in_every_mode(overrides, d
         want = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), y.reshape(-1),
                                                  ignore_index=0)
         torch.testing.assert_close(loss, want)
-        torch.testing.assert_close(gpt(x, y, loss_only=True)[1], want, rtol=1e-5, atol=1e-6)
         logits_alone, none = gpt(x)
         assert none is None and torch.equal(logits_alone, logits)
 
@@ -532,9 +490,9 @@ def plain_losses(gpt, data, lr, epoch_batches, device='cpu'):
 
 
 def fast_and_plain(data, name, precision='fp32', compile=False, device='cpu', n_layer=3,
-                   pack_multiple=0, pack_groups=1):
+                   row_groups=0):
     """Span-corruption pretraining, as run.py pretrain does it (a tiny model, dropout 0), by
-    trainer.Trainer (pack_multiple: its TrainerConfig's) and by the plain loop: (fast losses,
+    trainer.Trainer (row_groups: its TrainerConfig's) and by the plain loop: (fast losses,
     plain losses, fast model, plain model)."""
     pre, _ = data
     epochs, batch, lr = 2, 6, 3e-3
@@ -551,12 +509,11 @@ def fast_and_plain(data, name, precision='fp32', compile=False, device='cpu', n_
     log = LossLog()
     conf = trainer.TrainerConfig(max_epochs=epochs, batch_size=batch, learning_rate=lr,
                                  precision=precision, compile=compile, writer=log, device=device,
-                                 pack_multiple=pack_multiple, pack_groups=pack_groups)
+                                 row_groups=row_groups)
     trainer.Trainer(fast, pre, None, conf).train()
 
     utils.set_seed(5)
-    plain = tiny(pre.vocab_size, VARIANTS[name], fast=False, skip_padding=False, dropout=0.0,
-                 n_layer=n_layer)
+    plain = tiny(pre.vocab_size, VARIANTS[name], fast=False, dropout=0.0, n_layer=n_layer)
     want = plain_losses(plain, pre, lr, order, device)
     assert len(log.values) == len(want) == 6
     assert want[-1] < want[0]  # it trained
@@ -569,7 +526,7 @@ def largest_relative_gap(got, want):
 
 def assert_same_run(got, want, fast, plain, tolerance):
     """The fast path computes the plain loop's function in another order (fused attention,
-    trimmed and packed columns): in fp32 (TF32 off, conftest) the losses and params differ by
+    trimmed columns, rows in groups): in fp32 (TF32 off, conftest) the losses and params differ by
     rounding only, which holds on a GPU's fp32 kernels as on a CPU's. The tolerances leave a wide
     margin over the gaps measured (docs/speed.md, "Equivalence tolerances")."""
     assert largest_relative_gap(got, want) < tolerance, (got, want)
@@ -587,8 +544,7 @@ def test_the_starters_own_loop_in_trainer_py_matches_the_engines(data, name, tmp
     runs = {}
     for engine in (False, True):
         utils.set_seed(5)
-        gpt = tiny(pre.vocab_size, VARIANTS[name], fast=engine,
-                   skip_padding=engine, dropout=0.0)
+        gpt = tiny(pre.vocab_size, VARIANTS[name], fast=engine, dropout=0.0)
         log = LossLog()
         conf = trainer.TrainerConfig(max_epochs=3, batch_size=4, learning_rate=3e-3,
                                      lr_decay=True, warmup_tokens=200, final_tokens=2000,
@@ -608,32 +564,32 @@ def test_fast_training_matches_the_plain_loop(data, name, device):
     assert_same_run(*fast_and_plain(data, name, device=device), tolerance=1e-4)
 
 
-def packed_sizes_seen(monkeypatch):
-    """The sizes Packing.covering is asked for from now on (a list that grows)."""
-    sizes = []
-    covering = fastpath.Packing.covering
+def spans_seen(monkeypatch):
+    """The groups of rows (fastpath.row_groups' spans) the steps take from now on (a list that
+    grows)."""
+    seen = []
+    row_groups = fastpath.row_groups
 
-    def counted(targets, size):
-        sizes.append(size)
-        return covering(targets, size)
-    monkeypatch.setattr(fastpath.Packing, 'covering', counted)
-    return sizes
+    def counted(targets, groups, width=1):
+        order, spans = row_groups(targets, groups, width)
+        seen.append(spans)
+        return order, spans
+    monkeypatch.setattr(batches, 'row_groups', counted)
+    return seen
 
 
 @pytest.mark.parametrize('groups', [1, 3])
 @pytest.mark.parametrize('name', VARIANTS)
-def test_packed_training_matches_the_plain_loop(data, name, device, monkeypatch, groups):
-    """pack_multiple (a GPU's packing, asked for here on every device): each step computes one
-    group of a multiple of 32 positions, and trains as the plain loop does; with pack_groups
-    its rows sorted by length, attending in groups over their own columns."""
-    sizes = packed_sizes_seen(monkeypatch)
-    assert_same_run(*fast_and_plain(data, name, device=device, pack_multiple=32,
-                                    pack_groups=groups), tolerance=1e-4)
-    counts = [s[0] if groups > 1 else s for s in sizes]
-    assert len(sizes) == 6 and all(s % 32 == 0 for s in counts), sizes
-    assert max(counts) < 6 * 128  # (fewer positions than the batch holds: packing did something)
-    if groups > 1:
-        assert all(len(s[1]) == 3 for s in sizes) and any(t < 96 for s in sizes for _, t in s[1])
+def test_training_in_groups_of_rows_matches_the_plain_loop(data, name, device, monkeypatch,
+                                                           groups):
+    """--row_groups, asked for here on every device: each step's rows sorted by length, each
+    group computed by the handout's forward on its own columns, trains as the plain loop does."""
+    seen = spans_seen(monkeypatch)
+    assert_same_run(*fast_and_plain(data, name, device=device, row_groups=groups),
+                    tolerance=1e-4)
+    assert len(seen) == 6 and all(len(spans) == groups for spans in seen), seen
+    if groups > 1:  # columns left out: the groups did something
+        assert any(t < max(c for _, c in spans) for spans in seen for _, t in spans)
 
 
 def checked_args(extra, monkeypatch, tmp_path, device='cuda', world_size='1', bf16=True):
@@ -655,30 +611,42 @@ def checked_args(extra, monkeypatch, tmp_path, device='cuda', world_size='1', bf
     return args
 
 
-@pytest.mark.parametrize('extra, device, world_size, compile_, packs', [
-    ([], 'cuda', '1', 'graphs', (512, 0)),  # one GPU: recorded steps, pretraining packed
-    ([], 'cuda', '2', False, (0, 0)),  # torchrun: eager steps, every position
-    ([], 'cpu', '1', False, (0, 0)),  # a CPU packs in its own groups (pack_multiple 0)
-    (['--plain'], 'cuda', '1', False, (0, 0)),  # the handout's computations
+@pytest.mark.parametrize('extra, device, world_size, compile_, groups', [
+    ([], 'cuda', '1', 'graphs', (4, 0)),  # one GPU: recorded steps, pretraining's rows grouped
+    ([], 'cuda', '2', False, (0, 0)),  # torchrun: eager steps, the device's choice (one group)
+    ([], 'cpu', '1', False, (0, 0)),  # a CPU groups in its own way (batches.groups_for)
+    (['--plain'], 'cuda', '1', False, (1, 1)),  # the handout's computations: each batch whole
+    (['--plain'], 'cpu', '1', False, (1, 1)),
     (['--compile', 'none'], 'cuda', '1', False, (0, 0)),
     (['--compile'], 'cuda', '1', 'default', (0, 0)),
-    (['--pack_multiple', '0'], 'cuda', '1', 'graphs', (0, 0)),
-    (['--pack_multiple', '256'], 'cuda', '1', 'graphs', (256, 256)),  # asked: every stage
-    (['--compile', 'none', '--pack_multiple', '512'], 'cuda', '1', False, (512, 512)),
+    (['--row_groups', '1'], 'cuda', '1', 'graphs', (1, 1)),
+    (['--row_groups', '3'], 'cuda', '1', 'graphs', (3, 3)),  # asked: every stage
+    (['--compile', 'none', '--row_groups', '4'], 'cuda', '1', False, (4, 4)),
 ])
-def test_gpu_defaults_record_the_step_and_pack_pretraining(extra, device, world_size, compile_,
-                                                           packs, monkeypatch, tmp_path):
-    """--compile and --pack_multiple unset take what the H100 runs measured fastest on one GPU
-    (docs/gpu.md): the step recorded, and pretraining (not finetuning: slower there) packed to
-    multiples of 512 positions; elsewhere, and where the flags say otherwise, what they say."""
+def test_gpu_defaults_record_the_step_and_group_pretrainings_rows(extra, device, world_size,
+                                                                  compile_, groups, monkeypatch,
+                                                                  tmp_path):
+    """--compile and --row_groups unset: on one GPU the step recorded, and pretraining's rows
+    (not finetuning's: its questions are of like lengths) in presets.GPU's groups; elsewhere,
+    and where the flags say otherwise, what they say."""
     from tiny_run import stage_config
     args = checked_args(extra, monkeypatch, tmp_path, device, world_size)
     assert args.compile == compile_
     got = tuple(stage_config(args, stage, 100, device)
                 for stage in ('pretrain', 'finetune_pretrained'))
-    assert tuple(c.pack_multiple for c in got) == packs
+    assert tuple(c.row_groups for c in got) == groups
     assert all(c.compile == compile_ for c in got)
-    assert stage_config(args, 'finetune_scratch', 100, device).pack_multiple == packs[1]
+    assert stage_config(args, 'finetune_scratch', 100, device).row_groups == groups[1]
+
+
+def test_the_devices_choice_of_groups():
+    """row_groups 0: on a CPU groups of at least 16 rows, at most 8; on a GPU the batch whole."""
+    conf = trainer.TrainerConfig()
+    cpu, cuda = torch.device('cpu'), torch.device('cuda')
+    assert [batches.groups_for(conf, cpu, rows) for rows in (6, 16, 64, 127, 128, 256)] == \
+        [1, 1, 4, 7, 8, 8]
+    assert batches.groups_for(conf, cuda, 128) == 1
+    assert batches.groups_for(trainer.TrainerConfig(row_groups=3), cpu, 128) == 3
 
 
 @pytest.mark.parametrize('name', VARIANTS)
@@ -689,8 +657,8 @@ def test_bf16_training_stays_close_to_the_plain_loop(data, name, device):
 
 @pytest.mark.parametrize('mode', ['default', 'reduce-overhead'])
 def test_compiled_training_matches_the_plain_loop(data, device, mode):
-    """torch.compile (--compile): on a CPU the packed batches of model.packed_loss have a
-    different number of positions each step, hence a dynamic-shape graph; on a GPU the trimmed
+    """torch.compile (--compile): on a CPU a step's groups of rows have widths of their own,
+    hence a dynamic-shape graph; on a GPU the trimmed
     batches (multiples of 8 columns), and with reduce-overhead a CUDA graph replayed per batch
     shape. One layer: what is compiled is the same for every layer, and the compiling
     (inductor's, a cold cache) takes minutes for three."""
@@ -735,10 +703,10 @@ def test_compile_takes_a_mode_and_alone_means_the_default():
 
 @pytest.mark.parametrize('extra, device, env, said', [
     ([], 'cpu', {}, None),  # the handout's run: the starter's printed lines only
-    ([], 'cuda', {}, "settings: a GPU's defaults --compile graphs --pack_multiple 512 (the same "
-     'function, other dropout draws than eager steps: --compile none --pack_multiple 0)'),
-    (['--compile', 'none', '--pack_multiple', '0'], 'cuda', {},
-     'settings: --compile none; --pack_multiple 0'),
+    ([], 'cuda', {}, "settings: a GPU's defaults --compile graphs --row_groups 4 (the same "
+     'function, other dropout draws than eager steps: --compile none --row_groups 1)'),
+    (['--compile', 'none', '--row_groups', '1'], 'cuda', {},
+     'settings: --compile none; --row_groups 1'),
     (['--max_epochs', '3', '--seed', '4', '--preset', 'cpu-quick', '--plain'], 'cpu', {},
      "settings: preset cpu-quick (not the handout's settings); --max_epochs 3; --seed 4; --plain"),
     (['--device', 'cpu', '--replace', '--eval_batch_size', '8'], 'cpu', {}, None),  # no numbers
@@ -766,13 +734,13 @@ def test_a_run_says_once_what_makes_it_other_than_the_handouts(extra, device, en
 
 # ---- --plain computes with the handout's own code ------------------------------------------------
 
-# lines of each handout forward, past its hand-off, that every call runs (by their text)
+# lines of each handout forward that every call runs (by their text)
 HANDOUT_LINES = {
     'GPT': ['token_embeddings = self.tok_emb(idx)', 'x = self.blocks(x)', 'logits = self.head(x)'],
     'Block': ['x = x + self.mlp(self.ln2(x))'],
-    'CausalSelfAttention': ['att = F.softmax(att, dim=-1)'],
+    'CausalSelfAttention': ['y = self.resid_drop(self.proj(y))'],
     'SynthesizerAttention': ['att = F.softmax(att, dim=-1)'],
-    'CausalCrossAttention': ['att = F.softmax(att, dim=-1)'],
+    'CausalCrossAttention': ['y = self.resid_drop(self.proj(y))'],
     'DownProjectBlock': ['x = self.C + self.attn(x_input, self.ln1(self.C))'],
     'UpProjectBlock': ['x = x_input + self.attn(self.ln1(y), x_input)'],
 }
@@ -789,13 +757,10 @@ def line_numbers(cls, texts):
 
 
 @pytest.mark.parametrize('variant', ['vanilla', 'synthesizer', 'perceiver', 'rope'])
-def test_a_plain_training_step_runs_the_handouts_own_bodies(variant, tmp_path, monkeypatch):
-    """`run.py finetune ... --plain`: the training steps compute with GPT.forward's,
-    Block.forward's and the variant's attention forward's own lines (the perceiver's down and up
-    projections too), not the engine's copies of them. Without --plain, on a CPU, the engine's
-    copies of GPT's and the attention's take the packed rows their bodies cannot carry, and
-    Block's own body (which can) passes them on: the engine keeps no copy of it. Traced with
-    sys.settrace."""
+def test_a_training_step_runs_the_handouts_own_bodies(variant, tmp_path, monkeypatch):
+    """`run.py finetune ...`, with --plain and without: the training steps compute with
+    GPT.forward's, Block.forward's and the variant's attention forward's own lines (the
+    perceiver's down and up projections too). Traced with sys.settrace."""
     import sys as _sys
     import run
     from tiny_run import CORPUS, TRAIN, tsv, FAST
@@ -827,25 +792,22 @@ def test_a_plain_training_step_runs_the_handouts_own_bodies(variant, tmp_path, m
         return {name: {n for f, n in ran if f == file} & lines
                 for name, (file, lines) in wanted.items()}
 
-    plain = traced('--plain')
-    for name, (_, lines) in wanted.items():
-        assert plain[name] == lines, (name, sorted(lines - plain[name]))
-    fast = traced()
-    attention_body = 'SynthesizerAttention' if variant == 'synthesizer' else 'CausalSelfAttention'
-    assert fast['Block'] == wanted['Block'][1] and not fast['GPT'] and \
-        not fast[attention_body], fast
+    for flags in (('--plain',), ()):
+        ran = traced(*flags)
+        for name, (_, lines) in wanted.items():
+            assert ran[name] == lines, (flags, name, sorted(lines - ran[name]))
 
 
 @pytest.mark.parametrize('variant', ['vanilla', 'perceiver'])
 def test_whole_rows_through_the_fused_kernel_run_the_handouts_bodies(variant):
-    """A model computing the fast way (fast_attention), given whole rows (a GPU's unpacked step,
-    a bare model(x)), computes with the handout's GPT, Block and attention bodies, the fused
-    kernel a branch of the attention's: no engine copy of them runs. Traced with sys.settrace."""
+    """A model computing the fast way (fast_attention) computes with the handout's GPT, Block
+    and attention bodies, the fused kernel a branch of the attention's: the engine holds no
+    copy of a forward that could run instead (the decoder's is decode.py's). Traced with
+    sys.settrace."""
     import sys as _sys
     from engine.fast import fastmodel
     conf = model.config_for(variant, 30, 40, bottleneck_dim=8, n_layer=2, n_head=4, n_embd=32)
     gpt = model.GPT(conf)
-    gpt.skip_padding = False  # (a CPU packs a training step's rows; a GPU unpacked keeps them)
     assert conf.fast_attention
     ran = set()
 
@@ -856,14 +818,13 @@ def test_whole_rows_through_the_fused_kernel_run_the_handouts_bodies(variant):
     x = torch.randint(2, 30, (3, 40))
     _sys.settrace(tracer)
     try:
-        logits, loss = gpt(x, x, loss_only=True, packed=None)
+        logits, loss = gpt(x, x)
     finally:
         _sys.settrace(None)
     names = {(c.co_filename, c.co_name) for c in ran}
     assert (attention.__file__, 'forward') in names and (model.__file__, 'forward') in names
     assert (fastmodel.__file__, 'kernel') in names
-    assert not {n for f, n in names if f == fastmodel.__file__} & {
-        'forward', 'transformer', 'attend', 'down_project', 'up_project'}, names
+    assert {n for f, n in names if f == fastmodel.__file__} <= {'kernel', 'cpu_math'}, names
     assert logits.shape == (3, 40, 30) and loss is not None
 
 

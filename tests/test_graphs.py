@@ -16,7 +16,7 @@ from conftest import LossLog
 from engine.fast import batches, fastpath, graphs
 from engine.training import loop
 from test_fast_paths import (VARIANTS, assert_same_run, data, fast_and_plain,  # noqa: F401
-                             packed_sizes_seen, tiny)
+                             spans_seen, tiny)
 from test_schedule import name_data  # noqa: F401 (a fixture)
 
 
@@ -40,19 +40,18 @@ class Replays:
         return replay, loss
 
 
-def train(pre, compile, variant='vanilla', steps=9, pack_multiple=0, pack_groups=1):
-    """A one-layer model (every position computed, as on a GPU, unless pack_multiple packs them;
-    dropout 0) trained by the Trainer on 15 examples in batches of 6, 6 and 3, three epochs, the
+def train(pre, compile, variant='vanilla', steps=9, row_groups=0):
+    """A one-layer model (dropout 0; each batch in one group of rows unless row_groups asks for
+    more) trained by the Trainer on 15 examples in batches of 6, 6 and 3, three epochs, the
     handout's schedule (warmup, then the cosine: a new learning rate every step), losses read
     back every 4 steps."""
     utils.set_seed(5)
-    gpt = tiny(pre.vocab_size, VARIANTS[variant], skip_padding=bool(pack_multiple), dropout=0.0,
-               n_layer=1)
+    gpt = tiny(pre.vocab_size, VARIANTS[variant], dropout=0.0, n_layer=1)
     log = LossLog()
     conf = trainer.TrainerConfig(max_epochs=3, batch_size=6, learning_rate=3e-3, lr_decay=True,
                                  warmup_tokens=6 * 128 * 2, final_tokens=6 * 128 * 12,
                                  compile=compile, writer=log, log_every=4,
-                                 pack_multiple=pack_multiple, pack_groups=pack_groups)
+                                 row_groups=row_groups)
     trainer.Trainer(gpt, Subset(pre, range(15)), None, conf).train()
     assert len(log.values) == steps
     return log.values, gpt
@@ -77,25 +76,23 @@ def test_replayed_steps_train_as_the_eager_steps_do(data, monkeypatch, variant):
     assert_same_run(got, want, graphed, eager, tolerance=1e-5)
 
 
-def test_packed_steps_are_recorded_per_shape_and_size(data, monkeypatch):  # noqa: F811
-    """With pack_multiple a recording also fixes how many positions its step packs (found on
-    the device from the recorded targets at each replay): a shape and size's first batch an
-    eager step, its second recorded with that size, the later ones replayed. The losses and
-    weights of the eager run computing every position, within rounding."""
+def test_grouped_steps_are_recorded_per_shape_and_groups(data, monkeypatch):  # noqa: F811
+    """With row_groups a recording also fixes its groups of rows (fastpath.row_groups' spans,
+    counted on the host before the batch is copied into the recording's inputs): a shape and
+    groups' first batch an eager step, its second recorded, the later ones replayed. The losses
+    and weights of the eager run computing each batch whole, within rounding."""
     pre, _ = data
     replays = Replays()
     monkeypatch.setattr(graphs, 'CudaGraphs', lambda: replays)
-    monkeypatch.setattr(graphs, 'WIDTH', 128)  # one width: the shapes differ by the size only
-    sizes = packed_sizes_seen(monkeypatch)
-    counts = []  # the step's own counts (a recorded step must not count: its y is on the device)
-    monkeypatch.setattr(batches, 'layout', lambda y, m, g: counts.append(m) or
-                        fastpath.layout(y, m, g))
-    got, graphed = train(pre, 'graphs', pack_multiple=128)
-    # the recorded steps' calls, one a step, and the two eager steps' own; a recording takes its
-    # size from its key (its y is the recording's input, on the device)
-    assert len(counts) == 9 + 2
+    monkeypatch.setattr(graphs, 'WIDTH', 128)  # one width: the shapes differ by the groups only
+    seen = spans_seen(monkeypatch)
+    got, graphed = train(pre, 'graphs', row_groups=2)
+    # one count a step, on the host; an eager or recorded step takes its groups from its key
+    seen = list(seen)
+    assert len(seen) == 9
     want, eager = train(pre, False)
-    assert set(sizes) == {128, 256}  # (of the batches of 3 examples and 3 PAD rows: 128)
+    # (the batches of 3 examples and 3 PAD rows: a group with no target, not computed)
+    assert set(seen) == {((3, 127), (3, 127)), ((3, 127), (3, 0))}
     assert replays.log.count('eager') == 2 and replays.log.count('record') == 2
     assert replays.log.count('replay') == 7
     assert_same_run(got, want, graphed, eager, tolerance=1e-5)
@@ -122,21 +119,23 @@ def test_a_step_that_cannot_be_recorded_leaves_eager_steps(data, monkeypatch, ca
     assert_same_run(got, want, graphed, eager, tolerance=1e-5)
 
 
-def test_grouped_steps_are_recorded_per_size_and_groups_columns(data, monkeypatch):  # noqa: F811
-    """With pack_groups a recording also fixes its groups' columns (layout's spans: the rows
-    sorted by length on the host, before they are copied into the recording's inputs): the
-    losses and weights of the eager run computing every position and column."""
+def test_grouped_steps_are_recorded_per_groups_columns(data, monkeypatch):  # noqa: F811
+    """A recording's groups have the columns their rows need, rounded up to WIDTH (the rows
+    sorted by length on the host): the losses and weights of the eager run computing each batch
+    whole."""
     pre, _ = data
     replays = Replays()
     monkeypatch.setattr(graphs, 'CudaGraphs', lambda: replays)
-    monkeypatch.setattr(graphs, 'WIDTH', 128)
-    sizes = packed_sizes_seen(monkeypatch)
-    got, graphed = train(pre, 'graphs', pack_multiple=128, pack_groups=2)
+    monkeypatch.setattr(graphs, 'WIDTH', 16)
+    seen = spans_seen(monkeypatch)
+    got, graphed = train(pre, 'graphs', row_groups=2)
+    seen = list(seen)
     want, eager = train(pre, False)
-    assert all(isinstance(s, tuple) and len(s[1]) == 2 for s in sizes)
-    assert any(t < 127 for _, spans in sizes for _, t in spans)  # columns skipped
-    shapes = replays.log.count('eager')
-    assert shapes == replays.log.count('record') and shapes + replays.log.count('replay') == 9
+    assert all(len(spans) == 2 and all(t % 16 == 0 or t == 127 for _, t in spans)
+               for spans in seen)
+    assert any(0 < t < 112 for spans in seen for _, t in spans)  # columns skipped
+    shapes = replays.log.count('eager')  # (a shape met once is never recorded)
+    assert replays.log.count('record') <= shapes and shapes + replays.log.count('replay') == 9
     assert_same_run(got, want, graphed, eager, tolerance=1e-5)
 
 
@@ -204,7 +203,7 @@ def test_cuda_graph_steps_match_the_plain_loop(data, monkeypatch):  # noqa: F811
 def batches_of_one_size(vocab=30, T=128, rows=128, seed=3):
     """Two batches of `rows` examples over all T columns (a dataset of (x, y) pairs) whose
     targets end at random lengths, the second batch's lengths a shuffle of the first's: the
-    same number of positions to pack in every batch."""
+    same groups of rows in every batch."""
     gen = torch.Generator().manual_seed(seed)
     lengths = torch.randint(4, T, (rows,), generator=gen)
     lengths = torch.cat([lengths, lengths[torch.randperm(rows, generator=gen)]])
@@ -214,28 +213,30 @@ def batches_of_one_size(vocab=30, T=128, rows=128, seed=3):
     return list(zip(x, y))
 
 
-def test_packed_steps_at_the_handouts_batch_size_train_as_eager_ones(device, monkeypatch):
+def test_grouped_steps_at_the_handouts_batch_size_train_as_eager_ones(device, monkeypatch):
     """The handout's pretraining shape (128 rows of 128 columns: a CUDA graph then records the
-    sort that finds the packed positions, and the embeddings' backward, in their paths for
-    large inputs), packed to a multiple of 512 and recorded (on a CPU, the stand-in plays the
-    recording), against eager steps computing every position: the same losses and weights."""
+    embeddings' backward in its path for large inputs), in presets.GPU's groups of rows, each
+    on its columns rounded up to 32, and recorded (on a CPU, the stand-in plays the recording),
+    against eager steps computing each batch whole: the same losses and weights."""
     data = batches_of_one_size()
     if device == 'cpu':
         replays = Replays()
         monkeypatch.setattr(graphs, 'CudaGraphs', lambda: replays)
-    monkeypatch.setattr(graphs, 'WIDTH', 128)
+    from engine import presets
+    seen = spans_seen(monkeypatch)
     runs = []
-    for compile, pack_multiple in (('graphs', 512), (False, 0)):
+    for compile, groups in (('graphs', presets.GPU['row_groups']), (False, 1)):
         utils.set_seed(5)
-        gpt = tiny(30, {}, skip_padding=bool(pack_multiple), dropout=0.0, n_layer=1)
+        gpt = tiny(30, {}, dropout=0.0, n_layer=1)
         log = LossLog()
         conf = trainer.TrainerConfig(max_epochs=3, batch_size=128, learning_rate=3e-3,
                                      compile=compile, writer=log, log_every=3, device=device,
-                                     pack_multiple=pack_multiple)
+                                     row_groups=groups)
         trainer.Trainer(gpt, data, None, conf).train()
         runs.append((log.values, gpt))
     (got, graphed), (want, eager) = runs
     assert len(want) == 6 and want[-1] < want[0]
-    if device == 'cpu':
+    if device == 'cpu':  # (the two batches' lengths are one shuffled: the same groups)
         assert replays.log == ['eager', 'record'] + ['replay'] * 5
+    assert len(set(seen[:6])) == 1 and any(t < 128 for _, t in seen[0])
     assert_same_run(got, want, graphed.cpu(), eager.cpu(), tolerance=1e-4)

@@ -80,7 +80,7 @@ def test_the_script_on_a_cpu_reports_a_row_and_its_kinds(tmp_path, monkeypatch):
         return real(wiki, batches, device, precision, attention, *rest)
     monkeypatch.setattr(profile_step, 'measure', measure)
     out = tmp_path / 'profile.md'
-    monkeypatch.setattr(sys, 'argv', ['profile_step.py', '--device', 'cpu', '--pack_multiple', '0',
+    monkeypatch.setattr(sys, 'argv', ['profile_step.py', '--device', 'cpu',
                                       '--steps', '2', '--preset', 'tiny', '--out', str(out),
                                       '--attention', 'efficient,default'])
     profile_step.main()
@@ -103,12 +103,12 @@ def test_the_script_on_a_cpu_reports_a_row_and_its_kinds(tmp_path, monkeypatch):
 @pytest.mark.parametrize('argv, words', [
     (['--steps', '30'], '--steps'),
     (['--precision', 'fp64'], '--precision'),
-    (['--device', 'cpu', '--precision', 'tf32', '--pack_multiple', '0'], 'on a CPU'),
-    (['--pack_groups', '2'], '--pack_groups'),  # (packing 0: no groups to attend in)
-    (['--pack_groups', 'four'], '--pack_groups'),
+    (['--device', 'cpu', '--precision', 'tf32'], 'on a CPU'),
+    (['--row_groups', '-2'], '--row_groups'),
+    (['--row_groups', 'four'], '--row_groups'),
 ])
 def test_refusals(argv, words, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(sys, 'argv', ['profile_step.py', '--device', 'cpu', '--pack_multiple', '0',
+    monkeypatch.setattr(sys, 'argv', ['profile_step.py', '--device', 'cpu',
                                       '--out', str(tmp_path / 'p.md')] + argv)
     with pytest.raises(SystemExit) as stop:
         profile_step.main()
@@ -116,12 +116,12 @@ def test_refusals(argv, words, tmp_path, monkeypatch, capsys):
     assert not (tmp_path / 'p.md').exists()
 
 
-@pytest.mark.parametrize('pack, groups', [(0, 1), (32, 2)])
-def test_the_recorded_figures_with_a_stand_in_for_the_graphs(monkeypatch, pack, groups):
+@pytest.mark.parametrize('groups', [1, 2])
+def test_the_recorded_figures_with_a_stand_in_for_the_graphs(monkeypatch, groups):
     """The GPU's branch (--compile graphs: the calls, one recording replayed alone, the
     replays' profile) on a CPU, CUDA graphs played by test_graphs' stand-in: every figure
-    measured, and the replays' profile saw the model's own operators; also packed, in groups
-    of rows (the attention then over each group's own columns: more calls of it)."""
+    measured, and the replays' profile saw the model's own operators; also in groups of rows
+    (the model then called once a group: more calls of its attention)."""
     from test_graphs import Replays
     presets = profile_step.presets
     monkeypatch.setitem(presets.PRESETS, 'tiny', presets._preset(
@@ -130,13 +130,12 @@ def test_the_recorded_figures_with_a_stand_in_for_the_graphs(monkeypatch, pack, 
     from engine.fast import fastmodel  # a GPU's attention (scaled_dot_product_attention), not a CPU's math
     monkeypatch.setattr(fastmodel, 'cpu_math', lambda layer, device: False)
     wiki, batches = profile_step.first_batches('tiny', 3)
-    got = profile_step.measure(wiki, batches, 'cpu', 'fp32', 'default', pack, 'tiny',
+    got = profile_step.measure(wiki, batches, 'cpu', 'fp32', 'default', 'tiny',
                                recorded=True, groups=groups)
     assert all(got[k] > 0 for k in ('loop', 'calls', 'replay'))
     ops = lambda kernels: {name for name, _, _ in kernels}  # noqa: E731
     model_ops = {'aten::mm', 'aten::addmm', 'aten::native_layer_norm'}
     assert model_ops <= ops(got['replayed']) and model_ops <= ops(got['eager'])
     calls = {name: n for name, _, n in got['eager']}
-    # one layer; unpacked, a CPU's own 4 groups (fastpath.loss_groups)
-    per_step = groups if pack else 4
-    assert calls['aten::scaled_dot_product_attention'] == got['eager_steps'] * per_step
+    # one layer, called once a group
+    assert calls['aten::scaled_dot_product_attention'] == got['eager_steps'] * groups

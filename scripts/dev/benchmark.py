@@ -56,7 +56,7 @@ from engine.fast.flops import mfu, needed_lengths, peaks_of, training_flops  # n
 
 def build(variant, vocab, fast, preset='handout'):
     conf = model.config_for(variant, vocab, presets.BLOCK_SIZE, 64, **presets.model_values(preset),
-                            fast_attention=fast, skip_padding=fast, fast_dropout=fast)
+                            fast_attention=fast, fast_dropout=fast)
     return model.GPT(conf)
 
 
@@ -102,11 +102,11 @@ def worker_startup(data, batch):
 
 
 def fast_steps(gpt, data, batch, steps, device, compile_model, path=None, precision='auto',
-               pack_multiple=0, pack_groups=1):
+               row_groups=0):
     """trainer.Trainer on `steps` batches (after a warm-up run); returns seconds per step, the
     precision and the CPU attention path taken (cpu_paths.path_name's kernel: True, False, None).
     path: a CPU candidate (precision, attention kernel) to force; None: the default.
-    precision, pack_multiple, pack_groups: run.py's --precision, --pack_multiple, --pack_groups."""
+    precision, row_groups: run.py's --precision, --row_groups (0: the device's choice)."""
     # the warm-up run makes run.py's default choice: on a CPU, precision 'auto' measures the
     # candidates (and attention paths) and keeps the fastest; the timed run takes that choice
     precision = devices.pick_precision(precision, device, training=True)
@@ -118,8 +118,7 @@ def fast_steps(gpt, data, batch, steps, device, compile_model, path=None, precis
     conf = dict(max_epochs=1, batch_size=batch, learning_rate=6e-4, lr_decay=True,
                 warmup_tokens=10240, final_tokens=1e9, device=device, precision=precision,
                 compile=compile_model, log_every=1 if device == 'cpu' else 25,
-                num_workers=0 if device == 'cpu' else 4, pack_multiple=pack_multiple,
-                pack_groups=pack_groups)
+                num_workers=0 if device == 'cpu' else 4, row_groups=row_groups)
     warm = trainer.TrainerConfig(**conf)
     trainer.Trainer(gpt, Subset(data, range(batch)), None, warm).train()
     conf['precision'] = precision = warm.precision
@@ -133,7 +132,7 @@ def fast_steps(gpt, data, batch, steps, device, compile_model, path=None, precis
     first, last = 0, steps  # the clock runs from the end of the first step to the end of the last
     if compile_model == 'graphs':
         # --compile graphs records each shape anew in every Trainer (its first batch eager, its
-        # second recorded), and packing (pack_multiple) has a few sizes a shape: the batches
+        # second recorded), and groups of rows (row_groups) a few widths a shape: the batches
         # twice, the second epoch timed (its steps replay the first's recordings)
         conf['max_epochs'] = 2
         first, last = steps, 2 * steps + 1
@@ -264,10 +263,9 @@ def main():
     ap.add_argument('--precision', choices=('auto', 'fp32', 'tf32', 'bf16', 'fp16'), default='auto',
                     help='the fast and compiled columns\' arithmetic (run.py --precision; the '
                          'plain column is the handout\'s fp32)')
-    ap.add_argument('--pack_multiple', type=int, default=0, metavar='N',
-                    help='also measure the fast path (and the compiled one) packing the positions '
-                         'that can change the loss on a GPU (run.py --pack_multiple N): more '
-                         'columns')
+    ap.add_argument('--row_groups', type=int, default=0, metavar='G',
+                    help='also measure the fast path (and the compiled one) with each batch\'s '
+                         'rows in G groups by length (run.py --row_groups G): more columns')
     ap.add_argument('--peak_tflops', type=float, nargs=2, metavar=('FP32', 'BF16'),
                     help='the device\'s dense peak TFLOP/s, for the MFU column (built in for '
                          'known GPUs)')
@@ -279,10 +277,8 @@ def main():
         ap.error('--precision tf32 is a GPU\'s (fp32 matrix products on tensor cores)')
     if args.compile == 'graphs' and args.device == 'cpu':
         ap.error('--compile graphs records CUDA graphs: a GPU\'s (--device cuda)')
-    if args.pack_multiple and (args.device == 'cpu' or args.pack_multiple < 0):
-        ap.error('--pack_multiple is a GPU\'s (--device cuda), a positive number of positions')
-    if args.pack_multiple and args.compile in ('default', 'reduce-overhead'):
-        ap.error('--pack_multiple measures eager steps or --compile graphs')
+    if args.row_groups < 0:
+        ap.error('--row_groups: a number of groups, 1 or more')
     if args.out is None:
         preset = '' if args.preset == 'handout' else f'-{args.preset}'
         args.out = os.path.join(REPO, 'results', f'benchmarks-{machine_kind(args.device)}{preset}.md')
@@ -324,14 +320,14 @@ def main():
                    f'{tokens / t_fast:,.0f} tok/s ({cpu_paths.path_name((precision, kernel))})',
                    f'{t_plain / t_fast:.2f}x', f'{work:.2f}x']
             mfus = [mfu(flops, t_plain, 'fp32', peaks), mfu(flops, t_fast, precision, peaks)]
-            for _, compile_model, pack_multiple in later_columns(args):
+            for _, compile_model, row_groups in later_columns(args):
                 if compile_model in ('default', 'reduce-overhead'):
                     import torch._dynamo
                     torch._dynamo.reset()  # each row compiles afresh, within dynamo's cache limits
                 utils.set_seed(0)
                 t, *_ = fast_steps(build(variant, wiki.vocab_size, True, args.preset), data, batch,
                                    args.steps, args.device, compile_model,
-                                   precision=args.precision, pack_multiple=pack_multiple)
+                                   precision=args.precision, row_groups=row_groups)
                 row.append(f'{tokens / t:,.0f} tok/s: {t_plain / t:.2f}x plain, '
                            f'{t_fast / t:.2f}x fast')
                 mfus.append(mfu(flops, t, precision, peaks))
@@ -356,16 +352,16 @@ def main():
 
 
 def later_columns(args):
-    """The columns after the fast one, (name, compile, pack_multiple) each: the fast path
-    compiled (--compile), packed (--pack_multiple), or both."""
+    """The columns after the fast one, (name, compile, row_groups) each: the fast path
+    compiled (--compile), in --row_groups groups of rows, or both."""
     name = {'default': 'torch.compile', 'reduce-overhead': 'torch.compile reduce-overhead',
             'graphs': 'the step recorded (--compile graphs)'}.get(args.compile)
     columns = [(f'fast + {name}', args.compile, 0)] if args.compile else []
-    if args.pack_multiple:
-        packed = f'packed to a multiple of {args.pack_multiple} positions'
-        columns.append((f'fast, {packed}', False, args.pack_multiple))
+    if args.row_groups:
+        grouped = f'rows in {args.row_groups} groups'
+        columns.append((f'fast, {grouped}', False, args.row_groups))
         if args.compile:
-            columns.append((f'fast + {name}, {packed}', args.compile, args.pack_multiple))
+            columns.append((f'fast + {name}, {grouped}', args.compile, args.row_groups))
     return columns
 
 

@@ -2,7 +2,7 @@
 # The next GPU calls (docs/gpu.md): #53's faster arithmetics under CUDA graphs; #69's side by side;
 # #77's models in one process, fp16.
 #   bash scripts/dev/gpu_speed.sh 1 SHA   # CUDA tests of the recorded steps and of run.py end to
-#                                         # end in the GPU defaults, of packed rows attending in
+#                                         # end in the GPU defaults, of rows in groups of
 #                                         # groups; profile_step.py: where the pretraining step's
 #                                         # time goes in fp32 and bf16, attention kernels default
 #                                         # and math, 1 or 4 groups (~3.5 min; at most 6).
@@ -10,8 +10,8 @@
 #                                         # benchmarks: git show 184ea59:scripts/dev/gpu_speed.sh)
 #   bash scripts/dev/gpu_speed.sh 2 SHA [RUN.PY FLAGS]   # run_all's vanilla, whole, under
 #                                         # --compile graphs (the step recorded, nothing compiled)
-#                                         # and --pack_multiple 512, then the flags given (e.g.
-#                                         # --pack_multiple 0: every position), in fp32, tf32,
+#                                         # and --row_groups 4, then the flags given (e.g.
+#                                         # --row_groups 1: each batch whole), in fp32, tf32,
 #                                         # then bf16 (<= 9.2 min)
 #   bash scripts/dev/gpu_speed.sh 3 SHA [RUN.PY FLAGS]   # the whole assignment (London, no
 #                                         # pretraining, vanilla, synthesizer, perceiver, rope)
@@ -26,7 +26,7 @@
 #                                         # CUDA stream of its own, taking turns) (<= 9.5 min)
 #   bash scripts/dev/gpu_speed.sh 5 SHA   # #77: run_all's vanilla, whole, in fp16 (autocast,
 #                                         # loss scaling) then fp32, both eager (fp16 cannot be
-#                                         # recorded) and packed: dev accuracy, stage times and
+#                                         # recorded) with grouped rows: dev accuracy, stage times and
 #                                         # each run's loss log side by side (<= 9.5 min)
 #   bash scripts/dev/gpu_speed.sh 7 SHA   # #77's first command: the CUDA test of models as
 #                                         # threads of one process (60 s); the fastest option, the
@@ -64,36 +64,36 @@ whole() {
   grep -a "^| \|wall time" "$work/$way/report.md" | tee -a "$summary"
 }
 # vanilla_eager PRECISION SECONDS: run_all's vanilla, whole, eager steps (fp16 cannot be
-# recorded) and packed, into $work/PRECISION
+# recorded) with grouped rows, into $work/PRECISION
 vanilla_eager() {
   local p=$1 s=$2
-  say "run_all vanilla --precision $p --compile none --pack_multiple 512 (at most $s s)"
+  say "run_all vanilla --precision $p --compile none --row_groups 4 (at most $s s)"
   timeout "$s" "$py" scripts/run_all.py --preset handout --models vanilla --out "$work/$p" -- \
-    --device cuda --precision "$p" --compile none --pack_multiple 512 \
+    --device cuda --precision "$p" --compile none --row_groups 4 \
     > "$work/$p.stdout.log" 2>&1
   echo "rc $?" >> "$work/$p.stdout.log"; grep -a "^| vanilla" "$work/$p/report.md" | tee -a "$summary"
 }
 if [ "$call" = 1 ]; then
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$summary"
-  say "CUDA tests: run.py end to end in the GPU defaults (recorded, packed), resumed; the recorded steps; packed rows in groups; models as members of one process"
+  say "CUDA tests: run.py end to end in the GPU defaults (recorded, rows in groups), resumed; the recorded steps; rows in groups; models as members of one process"
   timeout 150 "$py" -m pytest -q -p no:cacheprovider tests/test_graphs.py tests/test_resume.py \
     tests/test_fast_paths.py tests/test_turns.py \
-    -k "graphs or end_to_end_on_cuda or (cuda and (spans or packed_training or members))" \
+    -k "graphs or end_to_end_on_cuda or (cuda and (grouped or groups_of_rows or members))" \
     > "$work/tests.log" 2>&1
   echo "rc $?" >> "$work/tests.log"
   tail -3 "$work/tests.log" | tee -a "$summary"
-  say "where the pretraining step's time goes: fp32, bf16; attention kernels default, math; packed rows attending in 1 or 4 groups"
+  say "where the pretraining step's time goes: fp32, bf16; attention kernels default, math; rows in 1 or 4 groups"
   timeout 180 "$py" scripts/dev/profile_step.py --device cuda --precision fp32,bf16 \
-    --attention default,math --pack_groups 1,4 --steps 20 --out "$work/profile.md" \
+    --attention default,math --row_groups 1,4 --steps 20 --out "$work/profile.md" \
     > "$work/profile.log" 2>&1
   echo "rc $?" >> "$work/profile.log"; grep -a "^| [ft][pfb]\|failed:" "$work/profile.md" | tee -a "$summary"
 elif [ "$call" = 2 ]; then
   shift 2
   for p in fp32:250 tf32:150 bf16:150; do
     s=${p#*:}; p=${p%:*}
-    say "run_all vanilla $p --compile graphs --pack_multiple 512 $* (at most $s s)"
+    say "run_all vanilla $p --compile graphs --row_groups 4 $* (at most $s s)"
     timeout $s "$py" scripts/run_all.py --preset handout --models vanilla --out "$work/$p" -- \
-      --device cuda --precision $p --compile graphs --pack_multiple 512 "$@" \
+      --device cuda --precision $p --compile graphs --row_groups 4 "$@" \
       > "$work/$p.stdout.log" 2>&1
     echo "rc $?" >> "$work/$p.stdout.log"; grep -a "^| vanilla" "$work/$p/report.md" | tee -a "$summary"
   done

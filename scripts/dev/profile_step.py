@@ -1,14 +1,14 @@
 """Where the handout's pretraining step spends its time: the loop, the recorded step, its kernels.
 
     python scripts/dev/profile_step.py --device cuda --precision fp32,tf32,bf16 \
-        --attention default,math --pack_groups 1,4 --steps 20 --out profile.md
+        --attention default,math --row_groups 1,4 --steps 20 --out profile.md
 
 For each precision, attention kernel (scaled_dot_product_attention held to one backend; bf16
-always attends with flash, as run.py does) and number of groups the packed rows attend in
-(run.py --pack_groups), on the first --steps pretraining batches of wiki.txt (the handout's
-order, model and batch of 128):
-  loop:     trainer.Trainer as run.py runs it on a GPU (4 DataLoader workers, --compile graphs,
-            pretraining packed to --pack_multiple), ms a step over a second epoch;
+always attends with flash, as run.py does) and number of groups of rows a step computes
+(run.py --row_groups; 0: the device's choice), on the first --steps pretraining batches of
+wiki.txt (the handout's order, model and batch of 128):
+  loop:     trainer.Trainer as run.py runs it on a GPU (4 DataLoader workers, --compile graphs),
+            ms a step over a second epoch;
   calls:    the recorded steps called one after another from batches already built (what the
             loop adds beyond them is its own cost);
   replay:   one recording replayed alone, nothing between replays (the device's time for a step);
@@ -113,12 +113,12 @@ def timed(device, fn, n):
     return (time.perf_counter() - start) * 1000 / n
 
 
-def measure(wiki, batches, device, precision, attention, pack, preset, recorded, groups=1):
+def measure(wiki, batches, device, precision, attention, preset, recorded, groups=0):
     """One configuration's figures: a dict of the loop's, the calls' and the replay's ms a
     step (None where not measured) and the kernels of eager steps and of replays. recorded:
     --compile graphs (a GPU's; the tests give a CPU a stand-in for the graphs)."""
     config = trainer.TrainerConfig(batch_size=len(batches[0][0]), device=device,
-                                   precision=precision, pack_multiple=pack, pack_groups=groups,
+                                   precision=precision, row_groups=groups,
                                    compile='graphs' if recorded else False)
     fresh = lambda: benchmark.build('vanilla', wiki.vocab_size, True, preset).to(device)  # noqa: E731
     out = {}
@@ -126,7 +126,7 @@ def measure(wiki, batches, device, precision, attention, pack, preset, recorded,
         utils.set_seed(0)
         out['loop'] = 1000 * benchmark.fast_steps(fresh(), wiki, config.batch_size, len(batches),
                                                   device, config.compile, precision=precision,
-                                                  pack_multiple=pack, pack_groups=groups)[0]
+                                                  row_groups=groups)[0]
         cast = autocast(device, precision)
         gpt = fresh()
         optimizer = loop.make_optimizer(gpt, config, 6e-4)
@@ -175,9 +175,7 @@ def report(rows, args, machine):
              f'- machine: {machine}',
              f'- command: `python scripts/dev/profile_step.py {" ".join(sys.argv[1:])}`',
              f'- the handout\'s vanilla model and batch of {args.batch}; the first {args.steps} '
-             'pretraining batches of wiki.txt; ' + (f'packed to multiples of {args.pack_multiple} '
-                                                    'positions' if args.pack_multiple else
-                                                    'every position (a CPU: its own groups)'), '',
+             'pretraining batches of wiki.txt', '',
              '| precision, attention | loop (ms a step) | recorded calls (ms) | one recording '
              'replayed (ms) | eager step: kernel time (ms), kernels | replay: kernel time (ms), '
              'kernels |', '|---|---|---|---|---|---|']
@@ -214,26 +212,26 @@ def main():
     ap.add_argument('--precision', default='fp32', help='comma-separated: fp32, tf32, bf16')
     ap.add_argument('--attention', default='default',
                     help='comma-separated: default, ' + ', '.join(BACKENDS))
-    ap.add_argument('--pack_groups', default='1', help='comma-separated: run.py --pack_groups')
+    ap.add_argument('--row_groups', default='0',
+                    help='comma-separated: run.py --row_groups (0: the device\'s choice)')
     ap.add_argument('--steps', type=int, default=20, help='batches (at most an epoch\'s, 23)')
-    ap.add_argument('--pack_multiple', type=int, default=512)
     ap.add_argument('--preset', choices=sorted(presets.PRESETS), default='handout')
     ap.add_argument('--out', required=True)
     args = ap.parse_args()
     precisions, attentions = args.precision.split(','), args.attention.split(',')
     try:
-        groups = [int(g) for g in args.pack_groups.split(',')]
+        groups = [int(g) for g in args.row_groups.split(',')]
     except ValueError:
-        groups = [0]
-    if min(groups) < 1 or (max(groups) > 1 and not args.pack_multiple):
-        ap.error('--pack_groups: whole numbers from 1, more than 1 only with --pack_multiple')
+        groups = [-1]
+    if min(groups) < 0:
+        ap.error('--row_groups: whole numbers from 0 (0: the device\'s choice)')
     if args.device == 'cuda' and not torch.cuda.is_available():
         ap.error('--device cuda: no GPU here')
     if not set(precisions) <= {'fp32', 'tf32', 'bf16'} or \
             not set(attentions) <= {'default', *BACKENDS}:
         ap.error('--precision takes fp32, tf32, bf16; --attention default, ' + ', '.join(BACKENDS))
-    if args.device == 'cpu' and (set(precisions) - {'fp32', 'bf16'} or args.pack_multiple):
-        ap.error('on a CPU: --pack_multiple 0 and fp32 or bf16 (a CPU packs in its own groups)')
+    if args.device == 'cpu' and set(precisions) - {'fp32', 'bf16'}:
+        ap.error('on a CPU: fp32 or bf16')
     if not 2 <= args.steps <= 23:
         ap.error('--steps from 2 to 23 (one epoch of wiki.txt holds 23 batches)')
     wiki, batches = first_batches(args.preset, args.steps)
@@ -244,10 +242,10 @@ def main():
         if precision == 'bf16' and attention != 'default':
             continue  # (bf16 attends with flash: devices.autocast)
         name = f'{precision}, {"flash" if precision == "bf16" else attention}' + \
-            (f', {group} groups' if group > 1 else '')
+            (f', {group} groups' if group else '')
         try:
             got = measure(wiki, batches, args.device, precision, attention,
-                          args.pack_multiple, args.preset, args.device == 'cuda', group)
+                          args.preset, args.device == 'cuda', group)
         except Exception as e:  # (one configuration failing leaves the others' figures)
             got = dict(error=f'{type(e).__name__}: {e}'.splitlines()[0][:300])
         rows.append((name, got))

@@ -16,9 +16,9 @@ needs of them is handed to it. Four rooms by job, each importing only from the r
   machine/   fitting the run to the machine: the plan measured once before training (plan,
              measure), the time budget's schedule (budget), the CPU's load and fastest path
              (cpu_load, cpu_paths)
-  fast/      the model's fast paths: the fused kernel's branch and packed rows (fastmodel,
-             fastpath), batches (batches), recorded CUDA graphs (graphs), batched decoding
-             (decode), the model's FLOPs (flops)
+  fast/      the model's fast paths: the fused kernel's branch (fastmodel), a batch's rows in
+             groups by length and cheaper dropout draws (fastpath), batches (batches), recorded
+             CUDA graphs (graphs), batched decoding (decode), the model's FLOPs (flops)
 
 and, under them all, what every room shares: presets (every hyperparameter, as named presets),
 datafiles (the data set up and checked), devices (device and precision), distributed (torchrun)

@@ -5,6 +5,7 @@ Every rank builds the same global batch (the examples and random corruptions of 
 run) and trains on its slice of the rows, weighted so that DDP's average gradient is the
 one-process gradient exactly."""
 import atexit
+import contextlib
 import os
 
 import torch
@@ -81,6 +82,17 @@ def shard(x, y, device):
     return x, y, weight
 
 
+def accumulating(model, accumulate):
+    """Where `accumulate` (a step's backward that is not its last): DDP's no_sync on the model a
+    step calls (compiled or not), so that its gradients add up here and the ranks exchange their
+    sum once, after the step's last backward; elsewhere nothing."""
+    while accumulate and model is not None:
+        if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+            return model.no_sync()
+        model = getattr(model, 'compiled', None) or getattr(model, '_orig_mod', None)
+    return contextlib.nullcontext()
+
+
 def global_loss(loss):
     """The global batch's mean loss from each rank's weighted one (see shard)."""
     loss = loss / world()
@@ -119,8 +131,8 @@ def wrapped(model, device, compile=False):
             model, device_ids=[device.index] if device.type == 'cuda' else None,
             broadcast_buffers=False)
     if compile and compile != 'graphs':  # (graphs: engine/fast/graphs.py records the whole step)
-        # On a CPU, fastmodel.packed_loss packs each batch to its own number of positions: a graph
-        # for any size, or it would recompile for every new size.
+        # A step's groups of rows have the columns their rows need (fastpath.row_groups): a
+        # graph for any width, or it would recompile for every new one.
         graphs = compile == 'reduce-overhead'
         model = torch.compile(model, dynamic=True if device.type == 'cpu' else None,
                               mode='reduce-overhead' if graphs else None)

@@ -46,12 +46,12 @@ HANDOUT = {
 
 
 # How a run is carried out on one GPU rather than a CPU: the same function, other random draws
-# (docs/gpu.md). Recorded pretraining steps computing only the positions that can change the loss,
-# rounded up to a multiple of pack_multiple (packing made the recorded pretraining step faster and
-# the finetuning one slower); periodic checkpoints at most every checkpoint_seconds (a GPU's epochs
+# (docs/gpu.md). Recorded pretraining steps computing a batch's rows in row_groups groups by
+# length, each on the columns its rows need (batches.groups_for; finetuning's questions are of
+# like lengths: one group); periodic checkpoints at most every checkpoint_seconds (a GPU's epochs
 # take a fraction of a second, and each checkpoint writes the model and AdamW); the losses read
 # back every log_every steps (each read waits for the GPU; tensorboard still gets every step).
-GPU = dict(pack_multiple=512, checkpoint_seconds=30, log_every=25)
+GPU = dict(row_groups=4, checkpoint_seconds=30, log_every=25)
 
 
 # The editions of the assignment, where their starter code differs. '2021-23': the synthesizer

@@ -49,8 +49,8 @@ def add_engine_flags(argp):
         if action.dest == 'variant':
             action.help = 'Choose ' + ', '.join(presets.VARIANTS[:-1]) + ' or ' + presets.VARIANTS[-1]
     extra = argp.add_argument_group('not in the handout (unset, the handout\'s computation; '
-                                    'on one GPU the step is recorded and packed, with other '
-                                    'dropout draws: --compile, --pack_multiple)')
+                                    'on one GPU the step is recorded and its rows grouped, with '
+                                    'other dropout draws: --compile, --row_groups)')
     extra.add_argument('--preset', choices=sorted(presets.PRESETS), default='handout',
                        help='named training schedule (presets.py); default: the handout\'s')
     extra.add_argument('--edition', choices=sorted(presets.EDITIONS), default=None,
@@ -99,22 +99,18 @@ def add_engine_flags(argp):
                             'nothing compiled, the whole training step (forward, backward, AdamW) '
                             'recorded as a CUDA graph per batch shape and replayed; none: eager '
                             'steps')
-    extra.add_argument('--pack_multiple', type=int, default=None, metavar='N',
-                       help='training on a GPU: compute only the positions that can change the '
-                            'loss, as a CPU does (about half of a pretraining batch; the same '
-                            'loss, other dropout masks), packed into a number of positions '
-                            'rounded up to a multiple of N (a few shapes for --compile graphs); '
-                            '0: every position; default: %d in pretraining under --compile '
-                            'graphs, else 0' % presets.GPU['pack_multiple'])
-    extra.add_argument('--pack_groups', type=int, default=1, metavar='G',
-                       help='with packing (--pack_multiple): the rows sorted by length and '
-                            'attention computed in G groups of them, each over the columns its '
-                            'rows need (about half of the attention\'s work with 4 groups; the '
-                            'same loss; a few more CUDA graphs); default 1: every column')
+    extra.add_argument('--row_groups', type=int, default=None, metavar='G',
+                       help='training: a batch\'s rows sorted by length into G groups, the '
+                            'model\'s forward called on each with the columns its rows need '
+                            '(the positions after a row\'s last target change no loss: about '
+                            'half of a pretraining batch; the same loss); default: on a CPU '
+                            'groups of at least 16 rows, at most 8; on a GPU %d in pretraining '
+                            'under --compile graphs, else 1 (the batch whole)'
+                            % presets.GPU['row_groups'])
     extra.add_argument('--plain', '--plain_attention', action='store_true', dest='plain',
                        help='compute as the handout does (same results, slower): written-out '
-                            'attention instead of scaled_dot_product_attention, every padded '
-                            'position of a training batch, and nn.Dropout\'s random draws')
+                            'attention instead of scaled_dot_product_attention, each training '
+                            'batch in one call, and nn.Dropout\'s random draws')
     extra.add_argument('--dropout', type=float, default=None,
                        help='embd/resid/attn dropout (the handout\'s is 0.1)')
     extra.add_argument('--resume', action='store_true',
@@ -207,7 +203,7 @@ def check_args(args):
         raise UsageError(f'--bottleneck_dim must be from 1 to the block size {presets.BLOCK_SIZE}, '
                          f'not {args.bottleneck_dim}')
     where = devices.pick_device(args.device, args.variant)
-    on_cpu = where != 'cuda'  # (what follows is a CUDA GPU's: graphs, tf32, packing)
+    on_cpu = where != 'cuda'  # (what follows is a CUDA GPU's: graphs, tf32)
     one_process = int(os.environ.get('WORLD_SIZE', '1')) == 1
     # fp16's loss scaler reads back whether a gradient overflowed: no whole-step CUDA graph
     fp16 = devices.pick_precision(args.precision, where,
@@ -226,23 +222,11 @@ def check_args(args):
         raise UsageError('--compile graphs records CUDA graphs: it needs a GPU and one process '
                          '(not torchrun)')
     args.compile = False if args.compile == 'none' else args.compile
-    if args.pack_multiple is not None and args.pack_multiple < 0:
-        raise UsageError(f'--pack_multiple must be 0 or more, not {args.pack_multiple}')
-    if args.pack_multiple and args.plain:
-        raise UsageError('--pack_multiple and --plain contradict each other: --plain computes '
-                         'every position')
-    if args.pack_multiple and args.compile in ('default', 'reduce-overhead'):
-        raise UsageError(f'--pack_multiple runs eager steps or --compile graphs, not '
-                         f'--compile {args.compile} (a new size would recompile)')
-    if args.pack_multiple and on_cpu:
-        raise UsageError('--pack_multiple is a GPU\'s: a CPU computes only the positions that '
-                         'can change the loss already, in its own groups')
-    if args.pack_groups < 1:
-        raise UsageError(f'--pack_groups must be 1 or more, not {args.pack_groups}')
-    if args.pack_groups > 1 and not any(stages.pack_multiple(args, stage) for stage in
-                                        ('pretrain', 'finetune_pretrained')):
-        raise UsageError('--pack_groups groups the rows of a packed step: it needs packing '
-                         '(on a GPU: --pack_multiple N, or --compile graphs in pretraining)')
+    if args.row_groups is not None and args.row_groups < 1:
+        raise UsageError(f'--row_groups must be 1 or more, not {args.row_groups}')
+    if args.row_groups and args.row_groups > 1 and args.plain:
+        raise UsageError('--row_groups and --plain contradict each other: --plain computes each '
+                         'batch in one call')
     if args.num_workers is not None and args.num_workers < 0:
         raise UsageError(f'--num_workers must be 0 or more, not {args.num_workers}')
     if args.checkpoint_every < 0:

@@ -95,9 +95,7 @@ def save_params(args, run):
                  learning_rate=tconf.learning_rate, batch_size=tconf.batch_size,
                  weight_decay=tconf.weight_decay, decay_rule=tconf.decay_rule,
                  shuffle=tconf.shuffle, compile=tconf.compile or None,
-                 pack_multiple=tconf.pack_multiple or None,
-                 pack_groups=tconf.pack_groups if tconf.pack_multiple and tconf.pack_groups > 1
-                 else None,
+                 row_groups=tconf.row_groups or None,
                  warmup_tokens=tconf.warmup_tokens,
                  final_tokens=run.schedule.final_tokens, decay_share=tconf.decay_share,
                  n_layer=params.layers_of(gpt.state_dict()),

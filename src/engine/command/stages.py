@@ -70,7 +70,7 @@ def say_edition(args):
 # the flags beyond the handout's that change what a run computes or draws (the others change
 # where or how fast it runs, or what it refuses)
 CHANGING = ('max_epochs', 'batch_size', 'seed', 'dropout', 'precision', 'compile',
-            'pack_multiple', 'pack_groups', 'time_budget', 'time_budget_after', 'plain')
+            'row_groups', 'time_budget', 'time_budget_after', 'plain')
 # environment variables that change a run's numbers: torch's threads (a CPU sums in another
 # order), and where precision 'auto' remembers what it measured
 NUMBERS_ENV = ('OMP_NUM_THREADS', cpu_load.FIXED, 'CS224N_PATH_CACHE')
@@ -96,12 +96,12 @@ def settings_line(args, device_type, environ=os.environ):
         defaults = []
         if args.compile == 'graphs' and 'compile' not in typed:
             defaults.append('--compile graphs')
-        packs = pack_multiple(args, args.function)
-        if packs and 'pack_multiple' not in typed:
-            defaults.append(f'--pack_multiple {packs}')
+        groups = row_groups(args, args.function)
+        if groups > 1 and 'row_groups' not in typed:
+            defaults.append(f'--row_groups {groups}')
         if defaults:
             parts.append(f'a GPU\'s defaults {" ".join(defaults)} (the same function, other '
-                         'dropout draws than eager steps: --compile none --pack_multiple 0)')
+                         'dropout draws than eager steps: --compile none --row_groups 1)')
         if 'precision' not in typed and \
                 devices.pick_precision(args.precision, 'cuda', training=True) == 'fp16':
             parts.append('--precision fp16, the default on a GPU without bf16 (autocast with '
@@ -118,11 +118,11 @@ def corpus_text(args, text):
 
 def model_config(args, mconf):
     """run.py's GPTConfig with the preset's sizes and dropout (a CPU preset's are not the
-    handout's), --dropout, and --plain's handout arithmetic (no fused kernel, every position,
-    nn.Dropout's draws)."""
+    handout's), --dropout, and --plain's handout arithmetic (no fused kernel, nn.Dropout's
+    draws)."""
     for key, value in presets.model_values(args.preset).items():
         setattr(mconf, key, value)
-    mconf.fast_attention = mconf.skip_padding = mconf.fast_dropout = not args.plain
+    mconf.fast_attention = mconf.fast_dropout = not args.plain
     if args.dropout is not None:
         mconf.embd_pdrop = mconf.resid_pdrop = mconf.attn_pdrop = args.dropout
     return mconf
@@ -151,20 +151,23 @@ def training(args, function, data, tconf, device, writer, pretrain_dataset=None,
     return data, tconf
 
 
-def pack_multiple(args, stage):
-    """--pack_multiple for `stage`: the flag's, else presets.GPU's where it measured faster
-    (pretraining's recorded steps), else 0 (every position)."""
-    if args.pack_multiple is not None:
-        return args.pack_multiple
-    recorded_pretraining = stage == 'pretrain' and args.compile == 'graphs' and not args.plain
-    return presets.GPU['pack_multiple'] if recorded_pretraining else 0
+def row_groups(args, stage):
+    """--row_groups for `stage`: the flag's; 1 under --plain (each batch in one call);
+    presets.GPU's in pretraining's recorded steps; else 0 (the engine's choice by device:
+    batches.groups_for)."""
+    if args.row_groups is not None:
+        return args.row_groups
+    if args.plain:
+        return 1
+    recorded_pretraining = stage == 'pretrain' and args.compile == 'graphs'
+    return presets.GPU['row_groups'] if recorded_pretraining else 0
 
 
 def trainer_config(args, stage, tconf, schedule_length, device, writer=None):
     """The TrainerConfig a stage trains with: run.py's (the handout's values), with a CPU
     preset's own values in their place (its final_tokens counting `schedule_length` examples),
     the flags typed (--max_epochs, --batch_size, --num_workers, the learning rates) and how this
-    machine runs it (device, precision, compile, packing, resume, time budget)."""
+    machine runs it (device, precision, compile, row groups, resume, time budget)."""
     values = dict(vars(tconf))
     if args.preset != 'handout':
         preset = presets.stage_values(args.preset, stage, args.edition)
@@ -183,8 +186,7 @@ def trainer_config(args, stage, tconf, schedule_length, device, writer=None):
         writer=writer, device=device,
         precision=devices.pick_precision(args.precision, device, training=True,
                                          measure=presets.adapts(args.preset)),
-        compile=args.compile, pack_multiple=pack_multiple(args, stage),
-        pack_groups=args.pack_groups,
+        compile=args.compile, row_groups=row_groups(args, stage),
         path_cache=cpu_paths.default_path_cache(),
         log_every=1 if device == 'cpu' else presets.GPU['log_every'],
         follow_load=presets.adapts(args.preset) and cpu_load.follows(),

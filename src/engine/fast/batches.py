@@ -19,13 +19,13 @@ import signal
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from engine.fast.fastpath import layout
+from engine.fast.fastpath import row_groups
 
 
 def trim_padding(x, y, multiple=1):
     """Drop the trailing columns whose targets are PAD (0) in every row. (Exact for all four
-    variants: the model is causal and ignores PAD targets; the perceiver's down projection then
-    uses only as many bottleneck slots as there are positions, see model.DownProjectBlock.)"""
+    variants: the model is causal and ignores PAD targets; the perceiver's bottleneck slots past
+    the last column reach only positions after it.)"""
     used = (y != 0).any(dim=0).nonzero()
     keep = int(used[-1]) + 1 if len(used) else 1
     keep = min(x.size(1), -(-keep // multiple) * multiple)
@@ -33,31 +33,38 @@ def trim_padding(x, y, multiple=1):
 
 
 def to_device(x, y, device, config):
-    """(x, y, packed): a training batch as the step takes it. x and y trimmed to a multiple of
+    """(x, y, spans): a training batch as the step takes it. x and y trimmed to a multiple of
     config.pad_multiple columns (trim_padding; 0: as they are, a recorded step's own input
-    tensors, engine/fast/graphs.py) and on `device`, pinned after the trim (which copies) on a GPU,
-    so that the copies overlap its work instead of waiting for it. packed: how many positions
-    the model computes (and with config.pack_groups, in which groups of rows, these sorted by
-    length), counted while y is on the host (fastpath.layout), where config.pack_multiple asks
-    (a recording's: its own, config.packed); else None, the model's choice (a CPU packs, a GPU
-    computes every position)."""
+    tensors, engine/fast/graphs.py), their rows in groups by length (`spans`, counted while y is
+    on the host: grouped), and on `device`, pinned after the trim (which copies) on a GPU, so
+    that the copies overlap its work instead of waiting for it."""
     if config.pad_multiple:
         x, y = trim_padding(x, y, config.pad_multiple)
-    packed = getattr(config, 'packed', None)  # (graphs.Given's)
-    if packed is None and config.pack_multiple:
-        x, y, packed = laid_out(x, y, config)
+    spans = getattr(config, 'spans', None)  # (graphs.Given's: a recording's own)
+    if spans is None:
+        x, y, spans = grouped(x, y, groups_for(config, device, len(x)), config.pad_multiple or 1)
     if device.type == 'cuda' and not x.is_cuda:
         x, y = x.pin_memory(), y.pin_memory()
-    return x.to(device, non_blocking=True), y.to(device, non_blocking=True), packed
+    return x.to(device, non_blocking=True), y.to(device, non_blocking=True), spans
 
 
-def laid_out(x, y, config):
-    """(x, y, packed): a batch on the host as a GPU's packed step takes it (fastpath.layout for
-    config.pack_multiple and pack_groups: the rows maybe reordered)."""
-    order, packed = layout(y, config.pack_multiple, config.pack_groups)
+def groups_for(config, device, rows):
+    """How many groups of rows a training step computes (fastpath.row_groups): config.row_groups
+    where set (1: the batch whole); else on a CPU groups of at least 16 rows, at most 8 (fewer
+    calls cost more than the columns they save: results/grouped-steps.md); on a GPU one (an
+    eager step's small kernels wait on their launches: each group adds its own)."""
+    if config.row_groups:
+        return config.row_groups
+    return max(1, min(8, rows // 16)) if device.type == 'cpu' else 1
+
+
+def grouped(x, y, groups, width=1):
+    """(x, y, spans): a batch on the host, its rows sorted by length where there are groups, and
+    each group's (rows, columns), columns a multiple of `width` (fastpath.row_groups)."""
+    order, spans = row_groups(y, groups, width)
     if order is not None:
         x, y = x[order], y[order]
-    return x, y, packed
+    return x, y, spans
 
 
 def batch_indices(n, batch_size, generator, shuffle=True):

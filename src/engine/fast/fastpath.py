@@ -1,14 +1,12 @@
 """Engine (free to change): the bookkeeping that skips work without changing results.
 
-It lets the attention modules (attention.py) and the model (model.py) skip work that cannot
-change any result. None of it is the assignment's; each piece is tested against the handout's
-math (tests/test_fast_paths.py).
+None of it is the assignment's; each piece is tested against the handout's math
+(tests/test_fast_paths.py).
 
-- `Packing` (training): only the positions that can change the loss are computed (a CPU's
-  steps; a GPU's where --pack_multiple asks, in one packed matrix of a few sizes; with
-  --pack_groups, its attention also over each group of rows' own columns: `layout`, `by_spans`);
+- `row_groups` (training): a batch's rows sorted by length into groups, each computed by the
+  handout's forward on the columns its rows need only (engine/training/loop.py's train_step);
 - `KVCache` and `visible` (decoding): each step computes the new position only, reusing the keys
-  and values of the positions before it;
+  and values of the positions before it (engine/fast/decode.py);
 - `causal_math`: the handout's masked softmax attention in fewer passes (training on a CPU);
 - `Dropout`: nn.Dropout with cheaper random draws on a CPU (the same distribution).
 """
@@ -51,126 +49,40 @@ class Dropout(nn.Dropout):
         return x * keep * scale  # (a bf16 multiplier would round the scale, biasing the mean)
 
 
-def packed_size(targets, multiple):
-    """How many positions Packing.covering computes for (B, T) targets (on the host: counting
-    them on a GPU would read a number back every step): those kept_lengths keeps, rounded up to
-    a multiple of `multiple` (a few sizes, a few CUDA graphs), at most B * T."""
-    return layout(targets, multiple)[1]
-
-
-def layout(targets, multiple, groups=1, width=32):
-    """(order, packed) of a GPU's packed step, from the (B, T) targets on the host: packed_size's
-    count; with groups > 1 also the rows sorted by kept_lengths, longest first (`order`, for
-    the caller to take x and y in: the loss, a mean over the targets, is the same in any row
-    order) and cut into `groups` groups of consecutive rows, each with the columns its longest
-    row needs rounded up to `width` (a few shapes, for CUDA graphs): packed is then (size,
-    ((rows, columns), ...)), which Packing.covering takes, and attention per group (by_spans)
-    skips the columns no row of a group needs (about half of the attention's work in the
-    handout's pretraining with 4 groups: scripts/dev/packed_sizes.py). Else (None, size)."""
-    lengths = kept_lengths(targets)
-    size = min(targets.numel(), -(-int(lengths.sum()) // multiple) * multiple)
-    if groups <= 1:
-        return None, size
-    order = lengths.argsort(descending=True, stable=True)
-    B, T = targets.shape
-    spans, start = [], 0
-    for rows in (B // groups + (g < B % groups) for g in range(groups)):
-        if rows:
-            spans.append((rows, min(T, -(-int(lengths[order[start]]) // width) * width)))
-        start += rows
-    return order, (size, tuple(spans))
-
-
-def by_spans(attend, q, k, v, packing):
-    """attend(q, k, v): causal attention over (B, nh, T, hs) queries, keys and values at
-    positions 0..T-1 (a query sees the keys at or before its own position). Where `packing`
-    holds spans (layout's), each group of rows attends over its own first `columns` queries and
-    keys only: a query there sees the same keys as over every column, and the queries past them
-    get zeros, which reach only positions no loss needs (none of the group's rows needs them)."""
-    spans = getattr(packing, 'spans', None)
-    if not spans:
-        return attend(q, k, v)
-    out, start = [], 0
-    for rows, t in spans:
-        r = slice(start, start + rows)
-        start += rows
-        y = attend(q[r, :, :t], k[r, :, :t], v[r, :, :t])
-        out.append(F.pad(y, (0, 0, 0, q.size(2) - y.size(2))))
-    return torch.cat(out)
-
-
 def kept_lengths(targets):
-    """(B, T) targets -> (B,): how many positions of each row Packing keeps in training, up to
-    and including its last non-PAD (index 0) target; at least 1 (a row of PAD targets only adds
-    nothing to the loss, but keeps a graph)."""
+    """(B, T) targets -> (B,): how many positions of each row can change the training loss: up
+    to and including its last non-PAD (index 0) target (the model is causal and the loss ignores
+    PAD targets, so no later position reaches it); at least 1."""
     t = targets.size(1)
     return (torch.arange(1, t + 1, device=targets.device) * (targets != 0)).amax(dim=1).clamp(min=1)
 
 
-class Packing:
-    """Which positions of a (B, T) batch are computed, when not all of them are.
+def row_groups(targets, groups, width=1):
+    """(order, spans): how a training step computes a (B, T) batch, read from its targets on the
+    host. The rows sorted by kept_lengths, longest first (`order`; None for one group: the batch
+    as it is), and cut into `groups` groups of consecutive rows, each (rows, columns): the
+    columns its longest row needs, rounded up to a multiple of `width` (a few shapes: CUDA graphs
+    record each), at most T; 0 where none of its rows has a target (nothing to compute: its
+    loss, a mean over no target, would be NaN).
 
-    In training, a position whose own target and all later targets in its row are PAD cannot
-    change the loss: the loss ignores PAD targets, and the model is causal, so no earlier position
-    looks at it. Such positions are about half of a pretraining batch (documents are cut at a
-    random length), so skipping them halves the work. Position-wise layers (embeddings, LayerNorm,
-    Linear, the MLP, the head) then run on the kept positions packed into one (N, C) matrix.
-    Attention, which mixes positions, unpacks them back into (B, T, C) with zeros at the skipped
-    positions: every kept query only sees keys at or before its own position, which are kept, so
-    the zeros reach only skipped positions (for the perceiver: only bottleneck slots that feed
-    skipped positions).
-    """
-
-    def __init__(self, index, B, T, spans=None):
-        self.B, self.T, self.spans = B, T, spans  # spans: layout's groups of rows, or None
-        self.index = index  # where each packed row sits in B * T
-        self.positions = index % T  # the position of each packed row in its sequence
-
-    @classmethod
-    def of_lengths(cls, lengths, T):
-        """The first lengths[r] positions of each row r ((B,) lengths) of a (B, T) batch."""
-        keep = torch.arange(T, device=lengths.device) < lengths[:, None]  # (B, T)
-        return cls(keep.flatten().nonzero().squeeze(1), *keep.shape)
-
-    @classmethod
-    def covering(cls, targets, packed):
-        """`packed` positions of (B, T) targets (a size, or layout's (size, spans)), found with
-        no number read back from the device (a GPU's step, which a CUDA graph can record): every
-        position kept for the loss (at most the size: packed_size counts them), then the first
-        skipped ones, row after row, to make up the size. A skipped position computed changes
-        nothing either: its target is PAD, and no kept position looks at it."""
-        size, spans = packed if isinstance(packed, tuple) else (packed, None)
-        B, T = targets.shape
-        keep = torch.arange(T, device=targets.device) < kept_lengths(targets)[:, None]
-        # a stable sort of "skipped": the kept positions first, each part in its order
-        index = torch.argsort((~keep).flatten().to(torch.uint8), stable=True)[:size]
-        return cls(index, B, T, spans)
-
-    def pack(self, x):
-        """(B, T, ...) -> (N, ...): the positions in `index`, in its order."""
-        return x.flatten(0, 1).index_select(0, self.index)
-
-    def unpack(self, x):
-        """(N, C) -> (B, T, C), zeros at the positions not packed."""
-        out = x.new_zeros(self.B * self.T, x.size(-1))
-        return out.index_copy(0, self.index, x).view(self.B, self.T, -1)
-
-
-def loss_groups(idx, targets, packed=None, groups=4):
-    """The groups fastmodel.packed_loss computes a training batch in, (Packing, idx, targets) each.
-
-    On a CPU the rows are sorted by kept_lengths and taken in `groups` groups: the
-    position-wise layers run on a group's kept positions only, its attention on the group's
-    longest row. With `packed` (a GPU's step: the trainer counted the positions on the host,
-    layout) one group of that many positions, found on the device without reading a number
-    back (Packing.covering), one shape for every batch of that size (and spans)."""
-    if packed is not None:
-        yield Packing.covering(targets, packed), idx, targets
-        return
+    The step calls the handout's forward once a group, on the group's rows cut to its columns:
+    a position past them changes no loss (kept_lengths), so each group's mean loss, weighted by
+    its share of the batch's targets, sums to the handout's loss over the whole batch. A
+    pretraining batch's documents end at random lengths: about half its positions need no
+    computing (results/grouped-steps.md)."""
+    B, T = targets.shape
     lengths = kept_lengths(targets)
-    for rows in lengths.argsort(descending=True).chunk(groups):
-        T = int(lengths[rows[0]])
-        yield Packing.of_lengths(lengths[rows], T), idx[rows, :T], targets[rows, :T]
+    has_targets = (targets != 0).any(dim=1)
+    order = lengths.argsort(descending=True, stable=True) if groups > 1 else None
+    if order is not None:
+        lengths, has_targets = lengths[order], has_targets[order]
+    spans, start = [], 0
+    for rows in (B // groups + (g < B % groups) for g in range(min(groups, B))):
+        part = slice(start, start + rows)
+        columns = min(T, -(-int(lengths[part].max()) // width) * width)
+        spans.append((rows, columns if bool(has_targets[part].any()) else 0))
+        start += rows
+    return order, tuple(spans)
 
 
 class KVCache:
@@ -192,8 +104,8 @@ class KVCache:
         """Store k, v (B, nh, T, hs) of the columns at `positions` (B, T), or at 0..T-1 when
         positions is None. Returns the keys and values of positions 0..max(positions) (with
         trim; else all `size`), (B, nh, S, hs): no row sees beyond max(positions). k is None for
-        the synthesizer, which has no keys. Entries not written yet are zeros (and hidden from
-        every query)."""
+        the synthesizer, which has no keys. Entries not written yet (zeros) and those of a
+        prompt's padding are hidden from every query until its row writes them."""
         if positions is None:
             self.v = v.new_zeros(v.size(0), v.size(1), self.size, v.size(3))
             self.v[:, :, :v.size(2)] = v

@@ -8,8 +8,8 @@ once per batch shape, then replayed. What a recording fixes is made to hold:
 
 - shapes: each batch is trimmed to a multiple of WIDTH columns and padded to the batch size with
   rows of PAD (0) targets, which the loss ignores, so a stage has a handful of shapes (the
-  handout's pretraining one or two); with --pack_multiple, times the sizes it packs to (and
-  with --pack_groups, the columns of its groups of rows);
+  handout's pretraining one or two); with --row_groups, times the columns of its groups of rows
+  (each a multiple of WIDTH);
 - addresses: a replay reads the graph's own input tensors, so each batch is copied into them;
 - the learning rate, which the handout's loop sets as a float after every step: AdamW reads it
   from a device tensor during the recording, and each replay first copies the float into it.
@@ -24,7 +24,7 @@ import sys
 
 import torch
 
-from engine.fast.batches import laid_out, trim_padding
+from engine.fast.batches import grouped, groups_for, trim_padding
 
 WIDTH = 32  # columns are padded to a multiple of this: at most block_size / WIDTH shapes
 
@@ -38,12 +38,12 @@ def steps(config, step):
 
 class Given:
     """The trainer's config, except that train_step takes the batch as it is (the recorded
-    shape, already on the device: batches.to_device trims nothing for pad_multiple 0) and packs
-    the recording's own number of positions (`packed`, or None)."""
+    shape, already on the device: batches.to_device trims nothing for pad_multiple 0) in the
+    recording's own groups of rows (`spans`: fastpath.row_groups')."""
     pad_multiple = 0
 
-    def __init__(self, config, packed):
-        self.config, self.packed = config, packed
+    def __init__(self, config, spans):
+        self.config, self.spans = config, spans
 
     def __getattr__(self, name):
         return getattr(self.config, name)
@@ -96,20 +96,18 @@ class CapturedSteps:
             return self.step(model, optimizer, autocast, x, y, config, device)
         batch = x, y
         x, y = self.shaped(x, y, config.batch_size)
-        # a recording's shapes: the batch's, and with pack_multiple the positions computed (and
-        # with pack_groups, the groups' columns: the rows then sorted by length)
-        packed = None
-        if config.pack_multiple:
-            x, y, packed = laid_out(x, y, config)
-        shape = (tuple(x.shape), packed)
+        # a recording's shapes: the batch's, and its groups' rows and columns (the rows then
+        # sorted by length)
+        x, y, spans = grouped(x, y, groups_for(config, device, len(x)), WIDTH)
+        shape = (tuple(x.shape), spans)
         if shape not in self.recorded:
             if shape not in self.seen:
                 self.seen.add(shape)
                 return self.graphs.eager(lambda: self.step(model, optimizer, autocast, x, y,
-                                                           config, device))
+                                                           Given(config, spans), device))
             try:
                 self.recorded[shape] = self.record(model, optimizer, autocast, x, y,
-                                                   Given(config, packed), device)
+                                                   Given(config, spans), device)
             except RuntimeError as e:  # (torch.cuda.graph's errors: nothing of the step ran)
                 self.failed = (str(e).strip() or type(e).__name__).splitlines()[0][:200]
                 print(f'note: --compile graphs could not record the training step ({self.failed}); '
@@ -127,7 +125,7 @@ class CapturedSteps:
 
     def record(self, model, optimizer, autocast, x, y, config, device):
         """(replay, input x, input y, loss) of a new recording of `step` for x's shape (and
-        config's packed size: a Given)."""
+        config's groups of rows: a Given)."""
         xs, ys = x.to(device), y.to(device)
         if self.lrs is None:
             self.lrs = [torch.tensor(float(g['lr']), device=device) for g in optimizer.param_groups]

@@ -2,8 +2,9 @@
 
 TrainerConfig.engine (the default) runs this loop in place of the starter's: its steps, one
 for one (tested against the starter's loop: tests/test_fast_paths.py), faster at the same
-results (padding columns trimmed, a CPU computing only what the loss needs, losses read back in
-groups) and able to resume. What fits a run to a machine or makes it safe
+results (padding columns trimmed, each batch's rows in groups by length, every group through the
+model's own forward on the columns its rows need, losses read back in groups) and able to
+resume. What fits a run to a machine or makes it safe
 attaches at named points, as minGPT's later trainer attaches callbacks (on_train_start,
 on_step_end, on_epoch_end, on_train_end: extras.py).
 
@@ -40,10 +41,11 @@ class Settings:
     # how the steps run: the device, 'fp32', 'tf32' (a GPU's), 'bf16' or 'fp16' (autocast; fp16
     # with loss scaling) or 'auto'
     # (measured: plan.py, remembered in path_cache), compiled or not, trimmed lengths rounded up
-    # to pad_multiple (fewer shapes), a GPU's packed positions (fastpath.layout), the losses read
-    # back every log_every steps (a GPU sync; tensorboard still gets every step)
+    # to pad_multiple (fewer shapes), the groups of rows a step computes (batches.groups_for; 0:
+    # by device), the losses read back every log_every steps (a GPU sync; tensorboard still gets
+    # every step)
     device, precision, path_cache, compile = 'cpu', 'fp32', None, False
-    pad_multiple, pack_multiple, pack_groups, log_every = 8, 0, 1, 1
+    pad_multiple, row_groups, log_every = 8, 0, 1
     # resume (resume_path every checkpoint_every epochs, checkpoint_seconds apart); the time
     # budget (budget.py: seconds from start_time, and what may grow or follow); threads that
     # follow the load; runs measured under load (presets.py); a CPU recipe's model for slow
@@ -86,27 +88,45 @@ def make_optimizer(model, config, lr):
 
 
 def train_step(model, optimizer, autocast, x, y, config, device):
-    """One optimizer step on a global batch; returns the batch's mean loss (a device tensor)."""
+    """One optimizer step on a global batch; returns the batch's mean loss (a device tensor).
+
+    The batch's rows come in groups by length (to_device: fastpath.row_groups), and the model's
+    own forward computes each group on the columns its rows need. Each group's loss, a mean
+    over its targets, is weighted by its share of the batch's targets: the weighted losses add
+    up to the batch's mean loss, and their gradients, accumulated group by group, to its
+    gradient."""
     weight = None
     if distributed.active():  # this rank's rows, its loss weighted by its share of the targets
         x, y, weight = distributed.shard(x, y, device)
-    x, y, packed = to_device(x, y, device, config)  # padding columns trimmed
-    with autocast:  # (only what the loss needs: a CPU's way, or `packed` positions)
-        _, loss = model(x, y, loss_only=True, packed=packed)
-    if weight is not None:
-        loss = loss * weight
+    x, y, spans = to_device(x, y, device, config)
+    targets = (y != 0).sum()  # (on the device: nothing read back)
     model.zero_grad(set_to_none=True)
     scaler = autocast.scaler  # fp16's loss scaling; disabled, the starter's three lines
-    scaler.scale(loss).backward()
+    total, start = torch.zeros((), device=x.device), 0
+    last = max((g for g, (_, columns) in enumerate(spans) if columns), default=0)
+    for g, (rows, columns) in enumerate(spans):
+        # (contiguous: the handout's loss views the targets flat)
+        xg = x[start:start + rows, :columns].contiguous()
+        yg = y[start:start + rows, :columns].contiguous()
+        start += rows
+        if not columns:  # no target in the group: nothing it computes reaches the loss
+            continue
+        with distributed.accumulating(model, g < last):  # the ranks exchange the last only
+            with autocast:
+                _, loss = model(xg, yg)
+            loss = loss * ((yg != 0).sum() / targets)
+            if weight is not None:
+                loss = loss * weight
+            scaler.scale(loss).backward()
+        total = total + loss.detach()
     scaler.unscale_(optimizer)  # the clipping sees the true gradients
     torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_norm_clip)
     scaler.step(optimizer)  # skipped where an fp16 gradient overflowed
     scaler.update()
 
-    loss = loss.detach()
     if weight is not None:
-        loss = distributed.global_loss(loss)
-    return loss
+        total = distributed.global_loss(total)
+    return total
 
 
 class Run:

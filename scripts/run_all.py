@@ -22,7 +22,9 @@ are enough). A step interrupted and continued by a later call is timed over both
 time left (pretraining 8 parts, finetuning 1), after a reserve for the evaluations still to come,
 as run.py's --time_budget (the epochs that fit on this machine, the schedule compressed to them).
 The report (report.md, report.json, loss_curves.png in the output folder) has the dev accuracy of
-each model, the wall time of each step, the device and the commit.
+each model, the wall time of each step, the device and the commit. It is written as each model
+finishes, and when the run is stopped (Ctrl-C, SIGTERM): then it says it was cut, and gives what
+finished and the seconds each step had so far.
 """
 import argparse
 import contextlib
@@ -386,9 +388,10 @@ def recorded_seconds(out, name):
 
 
 def report(out, timings, flags, preset, models=DEFAULT_MODELS, out_arg=None, time_budget=None,
-           command=None):
+           command=None, cut=False, echo=True):
     """report.md, report.json and loss_curves.png in `out`; `command`: what filled the folder
-    (default: this script's command line)."""
+    (default: this script's command line); `cut`: the run was stopped before it finished (its
+    wall time so far in timings); `echo`: print the report too."""
     rows = []
     device = device_name(flags)
     for name in ['london', *models]:
@@ -404,7 +407,8 @@ def report(out, timings, flags, preset, models=DEFAULT_MODELS, out_arg=None, tim
                 wall_seconds=wall, calls=calls, side_by_side=side, one_process=together,
                 seed=int(flags[flags.index('--seed') + 1]) if '--seed' in flags else 0,
                 date=time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime()), models=rows,
-                readings={name: READINGS[name] for name in models if name in READINGS})
+                readings={name: READINGS[name] for name in models if name in READINGS},
+                cut=cut)
     info['command'] = command or ' '.join(['python scripts/run_all.py', '--preset', preset]
                                + (['--models', *models] if list(models) != DEFAULT_MODELS else [])
                                + (['--out', out_arg] if out_arg else [])
@@ -418,6 +422,12 @@ def report(out, timings, flags, preset, models=DEFAULT_MODELS, out_arg=None, tim
              f'- device: {info["device"]}', f'- commit: {info["commit"]}', f'- seed: {info["seed"]}',
              f'- date: {info["date"]}',
              f'- command: `{info["command"]}`']
+    if cut:
+        so_far = timings.get('wall_seconds so far')
+        lines.append('- **cut**: the command was stopped (Ctrl-C or SIGTERM)'
+                     + (f' after {so_far:.0f} s' if so_far is not None else '')
+                     + ' before every model finished: the rows give what finished, and each '
+                     'step\'s seconds so far (`so far`: stopped, continued by the same command)')
     if wall is not None:
         lines.append(f'- the command\'s wall time: {wall:.0f} s'
                      + (f' over {calls} calls (each interrupted one continued by the next)'
@@ -459,7 +469,8 @@ def report(out, timings, flags, preset, models=DEFAULT_MODELS, out_arg=None, tim
         lines += ['', '![training loss curves](loss_curves.png)']
     with open(os.path.join(out, 'report.md'), 'w', encoding='utf-8') as f:
         f.write('\n'.join(lines) + '\n')
-    print('\n'.join(lines))
+    if echo:
+        print('\n'.join(lines))
 
 
 def load_timings(path):
@@ -626,6 +637,9 @@ def main():
                     if epochs is not None:  # a time budget chose them: the report says how many
                         mine[f'{step} epochs'] = epochs
                     save_timings(timing_file, timings)
+            with lock:  # what finished, reported as it finishes: a run cut later keeps it
+                report(out, timings, flags, args.preset, args.models, args.out, args.time_budget,
+                       args.command, echo=False)
 
         for name in args.models:
             if predicted(name):
@@ -650,6 +664,8 @@ def main():
                 timings['wall_seconds so far'] = earlier['wall_seconds'] + time.time() - start
                 timings['calls so far'] = earlier['calls'] + 1
                 save_timings(timing_file, timings)
+                report(out, timings, flags, args.preset, args.models, args.out, args.time_budget,
+                       args.command, cut=True, echo=False)
             raise
         timings['wall_seconds'] = earlier['wall_seconds'] + time.time() - start
         timings['calls'] = earlier['calls'] + 1

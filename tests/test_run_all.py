@@ -516,3 +516,49 @@ def test_models_side_by_side_give_what_each_gives_alone(tmp_path, monkeypatch):
         assert ('side by side' in report) == (way != 'alone')
         assert ('threads of one process' in report) == (way == 'threads')
         assert ('--one_process' in info['command']) == (way == 'threads')
+
+
+# run.py stood in for, for a run cut by SIGTERM: every step writes its output at once (500 dev
+# lines of London), except pretraining, which waits for the signal, then checkpoints and exits 130
+FAKE_CUT_RUN = '''
+import pathlib, signal, sys, time
+argv = sys.argv[1:]
+flag = '--writing_params_path' if '--writing_params_path' in argv else '--outputs_path'
+out = pathlib.Path(argv[argv.index(flag) + 1])
+if argv[0] == 'pretrain':
+    def stop(*_):
+        pathlib.Path(str(out) + '.ckpt').write_text('ckpt')
+        sys.exit(130)
+    signal.signal(signal.SIGTERM, stop)
+    pathlib.Path('pretraining').write_text('')
+    time.sleep(120)
+out.write_text('London\\n' * 500)
+'''
+
+
+def test_a_run_cut_by_sigterm_reports_what_finished_and_says_it_was_cut(tmp_path):
+    """A GPU loan's time limit ends run_all with a SIGTERM: report.md is there all the same, says
+    the run was cut, and gives the model that finished (its accuracy and stage times) and the
+    seconds the stopped step had so far. A model's report is also written as it finishes."""
+    fake = tmp_path / 'fake_run.py'
+    fake.write_text(FAKE_CUT_RUN)
+    out = tmp_path / 'out'
+    driver = TIMED_DRIVER.format(scripts=os.path.join(REPO, 'scripts'), fake=str(fake),
+                                 out=str(out)).replace("'vanilla']", "'vanilla-nopretrain', 'vanilla']")
+    proc = subprocess.Popen([sys.executable, '-c', driver], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (out / 'pretraining').exists() and time.time() < deadline:
+        time.sleep(0.05)
+    finished = (out / 'report.md').read_text()  # written when vanilla-nopretrain finished
+    assert '| vanilla-nopretrain | 5.0% (25/500) |' in finished and '**cut**' not in finished
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    text = (out / 'report.md').read_text()
+    assert '- **cut**: the command was stopped (Ctrl-C or SIGTERM) after ' in text
+    rows = {line.split(' | ')[0]: line for line in text.splitlines() if line.startswith('| ')}
+    assert 'finetune ' in rows['| vanilla-nopretrain'] and '5.0% (25/500)' in rows['| vanilla-nopretrain']
+    assert 'pretrain so far ' in rows['| vanilla'] and '| - |' in rows['| vanilla']
+    assert json.loads((out / 'report.json').read_text())['cut'] is True
+    assert (out / 'vanilla.pretrain.params.ckpt').exists()

@@ -907,3 +907,28 @@ def test_fp16_is_the_default_on_a_gpu_without_bf16_and_refuses_cuda_graphs(monke
     args = checked_args([], monkeypatch, tmp_path)  # (a GPU with bf16)
     assert args.compile == 'graphs' and 'fp16' not in stages.settings_line(args, 'cuda', {})
     records.finish()
+
+
+def test_a_member_of_one_process_takes_eager_steps_on_a_gpu(monkeypatch, tmp_path):
+    """run_all --one_process: a model trained as a thread of the team would record its steps on
+    the GPU generator every member shares (their replays would draw each other's dropout), so
+    --compile auto takes eager steps there and --compile graphs is one error line; a command
+    alone keeps recording. (A stand-in GPU: the choice only asks which device there is.)"""
+    from engine import common
+    from engine.command import records
+    from engine.training import turns
+    args = checked_args([], monkeypatch, tmp_path)
+    records.finish()
+    assert args.compile == 'graphs'  # alone in its process
+    import time
+    import types
+    member = types.SimpleNamespace(name='vanilla', started=time.time())
+    monkeypatch.setattr(turns, 'current', lambda: member)  # a member of a team
+    args = checked_args([], monkeypatch, tmp_path)
+    records.finish()
+    assert args.compile is False
+    with pytest.raises(common.UsageError, match='cannot record a step of run_all --one_process'):
+        checked_args(['--compile', 'graphs'], monkeypatch, tmp_path)
+    records.finish()
+    args = checked_args(['--device', 'cpu'], monkeypatch, tmp_path, device='cpu')
+    assert args.compile is False  # (a CPU records nothing either way)

@@ -212,9 +212,17 @@ def check_args(args):
         raise UsageError('--compile graphs cannot record a step with fp16\'s loss scaling (it '
                          'reads back whether a gradient overflowed): --compile none, or '
                          '--precision fp32/bf16')
+    # A model trained as a thread of run_all --one_process shares the GPU's generator with the
+    # others: a recorded step reads its dropout seed and offset from that generator's state, so
+    # the members' replays would draw from each other's (no member has a state of its own).
+    member = turns.current() is not None
+    if args.compile == 'graphs' and member and not on_cpu:
+        raise UsageError('--compile graphs cannot record a step of run_all --one_process: the '
+                         'models\' recordings would draw their dropout from one generator state, '
+                         'not each its own (--compile none, or run_all without --one_process)')
     if args.compile == 'auto':  # what measured fastest on a GPU (docs/gpu.md)
-        args.compile = 'graphs' if not on_cpu and one_process and not args.plain and not fp16 \
-            else 'none'
+        args.compile = 'graphs' if not on_cpu and one_process and not member and not args.plain \
+            and not fp16 else 'none'
     if args.precision == 'tf32' and on_cpu:
         raise UsageError('--precision tf32 is a CUDA GPU\'s arithmetic (fp32 matrix products on '
                          'NVIDIA tensor cores); on a CPU use fp32 or bf16')

@@ -3,6 +3,7 @@ and exits 2, and bad options are one line too. Its stages are checked with a sta
 that claims a GPU and plays the stages' commands: each stage leaves summary.md and one archive
 in --out and names the next command; nothing is installed; a missing data/ is one line."""
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -230,41 +231,78 @@ def test_the_next_gpu_calls_refuse_a_machine_without_a_gpu(tmp_path):
     assert not (tmp_path / 'out').exists() and not (tmp_path / 'runs').exists()
 
 
-def test_the_next_calls_are_1_to_8(tmp_path):
+def test_the_next_calls_are_1_and_2(tmp_path):
     env = dict(os.environ, PYTHON=sys.executable, OUT=str(tmp_path / 'out'))
-    proc = subprocess.run(['bash', os.path.join(REPO, 'scripts', 'dev', 'gpu_speed.sh'), '9', 'abc1234'],
+    proc = subprocess.run(['bash', os.path.join(REPO, 'scripts', 'dev', 'gpu_speed.sh'), '7', 'abc1234'],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert proc.stderr.strip().splitlines() == ["error: the call is 1 to 8, not '9'"]
+    assert proc.stderr.strip().splitlines() == ["error: the call is 1 or 2, not '7'"]
     assert not (tmp_path / 'out').exists()
 
 
-def test_issue_77s_two_commands_run_what_docs_gpu_md_says(tmp_path):
-    """gpu_speed.sh 7 and 8 (docs/gpu.md's plan), with a stand-in Python that says it sees a GPU
-    and records its command lines: 7, the whole assignment in bf16 as threads of one process
-    then as processes; 8, in the GPU defaults as threads, then vanilla in fp16, eager."""
+def stand_in_python(tmp_path):
+    """A python that says it sees a GPU and records its command lines in calls.log."""
     log = tmp_path / 'calls.log'
     fake = tmp_path / 'python'
     fake.write_text(f'#!/bin/sh\necho "$*" >> {log}\n')
     fake.chmod(0o755)
+    return fake, log
+
+
+def limits(script_text, call):
+    """The `timeout -k K SECONDS` limits the call's branch of gpu_speed.sh sets, as its lines
+    read: every limit is a limited() or throughput() call, each holding its seconds first."""
+    branch = script_text.split('if [ "$call" = 1 ]; then')[1].split('\nelse\n')[call - 1]
+    return [int(m) for m in re.findall(r'^\s*(?:limited|throughput) (\d+) ', branch, re.M)]
+
+
+def test_the_next_gpu_loans_two_calls_run_what_docs_gpu_md_says(tmp_path):
+    """gpu_speed.sh 1 and 2 (docs/gpu.md's plan) with a stand-in Python: 1, the CUDA tests, then
+    the throughput of 1, 2, 3 and 5 models as threads and as processes in bf16, tf32 against
+    fp32, one recorded step's rows in 1 group against 4; 2, the whole assignment in one run_all with the flags given, split at --. Every limit
+    is timeout -k; call 1's add up to at most 240 s, call 2's to at most 540 s."""
+    fake, log = stand_in_python(tmp_path)
     env = dict(os.environ, PYTHON=str(fake), OUT=str(tmp_path / 'out'))
-    runs = {}
-    for call in ('7', '8'):
+    script = os.path.join(REPO, 'scripts', 'dev', 'gpu_speed.sh')
+    text = open(script, encoding='utf-8').read()
+    assert re.findall(r'\btimeout\b(?! -k)', text.split('set -u', 1)[1]) == []  # every one -k
+    assert 0 < sum(limits(text, 1)) <= 240 and 0 < sum(limits(text, 2)) <= 540
+    lines = {}
+    for call, extra in (('1', []), ('2', ['--side_by_side', '3', '--one_process', '--',
+                                          '--precision', 'bf16'])):
         log.write_text('')
-        proc = subprocess.run(['bash', os.path.join(REPO, 'scripts', 'dev', 'gpu_speed.sh'),
-                               call, 'abc1234'], cwd=tmp_path, env=env, capture_output=True,
-                              text=True, timeout=120)
+        proc = subprocess.run(['bash', script, call, 'abc1234', *extra], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr
-        lines = log.read_text().splitlines()
-        runs[call] = [line.split() for line in lines if 'run_all.py' in line]
-        if call == '7':  # the CUDA test of models in one process first
-            assert 'tests/test_turns.py' in next(line for line in lines if '-m pytest' in line)
-    (team, side), (defaults, fp16) = runs['7'], runs['8']
-    for argv in (team, side, defaults):
-        assert argv[argv.index('--side_by_side') + 1] == '7' and '--device' in argv
-    assert '--one_process' in team and '--one_process' not in side
-    assert team[team.index('--') + 1:] == side[side.index('--') + 1:] == \
-        ['--device', 'cuda', '--precision', 'bf16']
-    assert '--one_process' in defaults and '--precision' not in defaults
-    assert fp16[fp16.index('--models') + 1] == 'vanilla' and \
-        fp16[fp16.index('--precision') + 1] == 'fp16' and 'none' in fp16
+        lines[call] = [line.split() for line in log.read_text().splitlines()[1:]]  # (its check)
+    tests, *measured = lines['1']
+    assert tests[:2] == ['-m', 'pytest'] and 'tests/test_turns.py' in tests and \
+        'cuda and (members or graph or groups)' in ' '.join(tests)
+    bf16 = measured[0]
+    assert bf16[0] == 'scripts/dev/throughput.py' and \
+        bf16[bf16.index('--models') + 1:bf16.index('--way')] == ['1', '2', '3', '5'] and \
+        bf16[bf16.index('--way') + 1:bf16.index('--way') + 3] == ['threads', 'processes'] and \
+        bf16[bf16.index('--precision') + 1] == 'bf16'
+    assert [argv[argv.index('--precision') + 1] for argv in measured[-4:-2]] == ['tf32', 'fp32']
+    groups = measured[-2:]  # one model's recorded step, its rows in 1 group, then in 4
+    assert [argv[argv.index('--row_groups') + 1] for argv in groups] == ['1', '4'] and \
+        all(argv[argv.index('--compile') + 1] == 'graphs' for argv in groups)
+    (run_all,) = lines['2']
+    assert run_all[0] == 'scripts/run_all.py' and '--out' in run_all
+    at = run_all.index('--')
+    assert run_all[at - 3:at] == ['--side_by_side', '3', '--one_process']
+    assert run_all[at + 1:] == ['--device', 'cuda', '--precision', 'bf16']
+
+
+def test_a_gpu_call_without_the_data_is_one_line(tmp_path):
+    fake, log = stand_in_python(tmp_path)
+    copy = tmp_path / 'repo' / 'scripts' / 'dev'
+    copy.mkdir(parents=True)
+    shutil.copy(os.path.join(REPO, 'scripts', 'dev', 'gpu_speed.sh'), copy)
+    env = dict(os.environ, PYTHON=str(fake), OUT=str(tmp_path / 'out'))
+    proc = subprocess.run(['bash', str(copy / 'gpu_speed.sh'), '1', 'abc1234'], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        'error: data/wiki.txt is not there (carry data to the GPU machine)']
+    assert not (tmp_path / 'out').exists()

@@ -43,7 +43,13 @@ class Team:
     def member(self, name, stdout=None, stderr=None):
         """Run one command as `name` in this thread: wait for the baton, hold it but at the end
         of each training step (the Member is a trainer extra: extras.for_run), hand it on at
-        the end. stdout, stderr: where the command's printed text goes (Printing's)."""
+        the end. stdout, stderr: where the command's printed text goes (Printing's).
+
+        The baton is held from the command's start, not only in its training: the random
+        generators (Python's, torch's, the GPU's) are the process's, and a start draws from
+        them (the seeds, the weights' initialisation): two starts at once would draw each
+        other's numbers. An evaluation draws none and could let go; it holds on too, since
+        what letting go would buy (other members' steps while it decodes) is not measured."""
         member = Member(self, name, stdout, stderr)
         with self._lock:
             self._ring.append(member)

@@ -4,9 +4,10 @@ trains by default.
 In a copy of src/, one line of one forward is changed (a value scaled by 0.5); the default
 `run.py pretrain` and `run.py finetune` (from scratch) then write params that differ from the
 unedited copy's, on the CPU. The unedited copy, run twice, writes the same params both times, so
-a difference is the edit's. Each copy runs in a process of its own (a bare `import model` there
-is the copy's).
+a difference is the edit's. The copies of one variant run in one process, each importing the
+handout's modules anew from its own folder (a bare `import model` there is the copy's).
 """
+import json
 import os
 import shutil
 import subprocess
@@ -67,50 +68,62 @@ def edited_copy(folder, edit=None):
         f.write(text[:at] + new + text[at + len(line):])
 
 
-def trained(tmp_path, tag, variant, edit=None):
-    """{stage: state_dict} of the default pretraining and finetuning (from scratch) of `variant`
-    by a copy of src/ with `edit`, one epoch each on the tiny corpus."""
-    copy = tmp_path / f'src-{tag}'
-    edited_copy(copy, edit)
-    work = tmp_path / f'run-{tag}'
-    work.mkdir()
-    (work / 'corpus.txt').write_text(CORPUS, encoding='utf-8')
-    (work / 'train.tsv').write_text(tsv(TRAIN), encoding='utf-8')
+# a process that runs each copy's default pretrain and finetune in turn: the handout's modules are
+# imported anew from each copy (the engine, which imports none of them, is the same in every copy)
+DRIVER = """
+import json, os, sys
+HANDOUT = ('dataset', 'attention', 'model', 'models', 'trainer', 'run', 'utils', 'london_baseline')
+for copy, work, argvs in json.loads(sys.argv[1]):
+    for name in HANDOUT:
+        sys.modules.pop(name, None)
+    sys.path[:] = [copy] + [p for p in sys.path if not p.endswith('src')]
+    os.chdir(work)
+    import run
+    for argv in argvs:
+        run.main(argv)
+"""
+
+
+def trained(tmp_path, variant, edits):
+    """{edit: {stage: state_dict}} of the default pretraining and finetuning (from scratch) of
+    `variant` by a copy of src/ with each edit (None: unedited), one epoch each on the tiny
+    corpus, all in one process."""
     extra = ['--bottleneck_dim', '8'] if variant == 'perceiver' else []
     commands = [
         ['pretrain', variant, 'corpus.txt', '--writing_params_path', 'pretrain.params'],
         ['finetune', variant, 'corpus.txt', '--finetune_corpus_path', 'train.tsv',
          '--writing_params_path', 'finetune.params'],
     ]
-    script = ('import sys; sys.path.insert(0, sys.argv[1]); import run\n'
-              f'for argv in {[c + ["--max_epochs", "1"] + extra + FAST for c in commands]!r}:\n'
-              '    run.main(argv)\n')
-    done = subprocess.run([sys.executable, '-c', script, str(copy)], cwd=work, env=ENV,
+    jobs, works = [], []
+    for i, edit in enumerate(edits):
+        copy, work = tmp_path / f'src-{i}', tmp_path / f'run-{i}'
+        edited_copy(copy, edit)
+        work.mkdir()
+        (work / 'corpus.txt').write_text(CORPUS, encoding='utf-8')
+        (work / 'train.tsv').write_text(tsv(TRAIN), encoding='utf-8')
+        jobs.append([str(copy), str(work), [c + ['--max_epochs', '1'] + extra + FAST
+                                             for c in commands]])
+        works.append(work)
+    done = subprocess.run([sys.executable, '-c', DRIVER, json.dumps(jobs)], env=ENV,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    return {stage: torch.load(work / f'{stage}.params', weights_only=True)
-            for stage in ('pretrain', 'finetune')}
+    return [{stage: torch.load(work / f'{stage}.params', weights_only=True)
+             for stage in ('pretrain', 'finetune')} for work in works]
 
 
 def same(a, b):
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-@pytest.fixture(scope='module')
-def unedited(tmp_path_factory):
-    """Each variant's params from the unedited copy, which a second run gives again bit for
-    bit (for vanilla: the others' runs are as deterministic)."""
-    tmp = tmp_path_factory.mktemp('unedited')
-    runs = {v: trained(tmp, v, v) for v in sorted(set(VARIANT.values()))}
-    again = trained(tmp, 'again', 'vanilla')
-    assert all(same(again[stage], runs['vanilla'][stage]) for stage in again)
-    return runs
-
-
-@pytest.mark.parametrize('edit', EDITS)
-def test_an_edit_to_a_handout_forward_changes_the_default_training(edit, unedited, tmp_path):
-    variant = VARIANT[edit]
-    got = trained(tmp_path, 'edited', variant, edit)
-    for stage in ('pretrain', 'finetune'):
-        assert not same(got[stage], unedited[variant][stage]), \
-            f'{edit}: edited, the default {stage} wrote the same params'
+@pytest.mark.parametrize('variant', sorted(set(VARIANT.values())))
+def test_an_edit_to_a_handout_forward_changes_the_default_training(variant, tmp_path):
+    """For each edit of a body the variant's default run reaches: the params differ from the
+    unedited copy's, in pretraining and in finetuning. The unedited copy runs twice (first and
+    last) and writes the same params both times."""
+    edits = [e for e, v in VARIANT.items() if v == variant]
+    unedited, *edited, again = trained(tmp_path, variant, [None, *edits, None])
+    assert all(same(again[stage], unedited[stage]) for stage in unedited)
+    for edit, got in zip(edits, edited):
+        for stage in ('pretrain', 'finetune'):
+            assert not same(got[stage], unedited[stage]), \
+                f'{edit}: edited, the default {stage} wrote the same params'

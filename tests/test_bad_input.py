@@ -341,6 +341,9 @@ BAD_INPUT = {
                                   'vanilla.params', '--eval_corpus_path', 'dev.tsv'] + EV
                                  + ['--precision', 'tf32', '--device', 'cpu'],
                                  ['--precision tf32', 'GPU']),
+    'fp16-on-a-cpu': (['pretrain', 'vanilla', 'corpus.txt'] + PT + ['--precision', 'fp16',
+                                                                     '--device', 'cpu'],
+                      ['--precision fp16', 'GPUs without bf16', 'a CPU', 'use fp32']),
     'graphs-on-a-cpu': (['pretrain', 'vanilla', 'corpus.txt'] + PT + ['--compile', 'graphs',
                                                                        '--device', 'cpu'],
                         ['--compile graphs', 'needs a GPU']),

@@ -223,6 +223,10 @@ def check_args(args):
     if args.compile == 'auto':  # what measured fastest on a GPU (docs/gpu.md)
         args.compile = 'graphs' if not on_cpu and one_process and not member and not args.plain \
             and not fp16 else 'none'
+    if args.precision == 'fp16' and where == 'cpu':
+        raise UsageError('--precision fp16 is for GPUs without bf16 (float16 autocast with loss '
+                         'scaling); a CPU has no fast float16 arithmetic: use fp32, or bf16 '
+                         'where the CPU has it')
     if args.precision == 'tf32' and on_cpu:
         raise UsageError('--precision tf32 is a CUDA GPU\'s arithmetic (fp32 matrix products on '
                          'NVIDIA tensor cores); on a CPU use fp32 or bf16')

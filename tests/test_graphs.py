@@ -13,7 +13,7 @@ from torch.utils.data import Subset
 import trainer
 import utils
 from conftest import LossLog
-from engine.fast import batches, fastpath, graphs
+from engine.fast import graphs
 from engine.training import loop
 from test_fast_paths import (VARIANTS, assert_same_run, data, fast_and_plain,  # noqa: F401
                              spans_seen, tiny)

@@ -381,8 +381,9 @@ def write_report(args, rows, against, peaks, shares, batches, final=False):
              f'- training: {args.steps} timed steps per measurement after a warm-up, plain and '
              f'fast taking turns {args.rounds} time(s) per row (medians); plain includes the '
              'per-epoch start-up of 4 DataLoader workers, spread over one epoch\'s steps',
-             '- positions computed by the fast path on a CPU (up to the last non-PAD target of each '
-             'row), as a share of the padded rows the plain path computes: '
+             '- positions the loss needs (up to the last non-PAD target of each row), as a share of '
+             'the padded rows the plain path computes (the fast path computes them, and in its '
+             'groups of rows a few more: results/grouped-steps.md): '
              + ', '.join(f'{k} {v:.0%}' for k, v in shares.items()),
              '- work ratio: the FLOPs of the plain path (every example over all 127 columns) over '
              'those of each example up to its last non-PAD target (the least any path computes for '

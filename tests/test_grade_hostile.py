@@ -15,6 +15,7 @@ from conftest import REPO
 sys.path.insert(0, os.path.join(REPO, 'scripts', 'grading'))
 import grade  # noqa: E402
 import unpack  # noqa: E402
+import user_sandbox  # noqa: E402
 
 
 def grade_rows(tmp_path, *submissions):
@@ -141,3 +142,33 @@ def test_a_stray_file_of_another_handout_is_named_and_a_tie_is_ambiguous(tmp_pat
     assert stray['handout'] == 'synthesizer' and stray['notes'] == []
     assert any('also there: rope.pretrain.dev.predictions' in w for w in stray['warnings'])
     assert tie['handout'] is None and tie['errors'][0].startswith('ambiguous handout')
+
+
+@pytest.mark.parametrize('swapped', ['src/dataset.py', 'src'])
+def test_an_entry_swapped_for_a_link_after_it_was_listed_is_refused_not_copied(
+        tmp_path, monkeypatch, swapped):
+    """A file swapped for a symbolic link after the check was copied as the link in 3 of 18
+    gradings (and one grading ended in OSError). The folder is now copied by descriptors, each
+    entry opened without following a link: the swap, made here between the entry's listing and
+    its opening, is refused with the entry's name, and nothing of the link's target is copied."""
+    secret = tmp_path / 'secret'
+    secret.mkdir()
+    (secret / 'answers.tsv').write_text('Who?\tParis\n')
+    folder = honest(tmp_path)
+    real_open, swap = os.open, str(folder / swapped)
+
+    def racing_open(path, flags, *args, dir_fd=None, **kw):
+        if dir_fd is not None and os.path.join(os.readlink(f'/proc/self/fd/{dir_fd}'), path) \
+                == swap and not os.path.islink(swap):
+            user_sandbox.remove(swap)
+            os.symlink(str(secret / 'answers.tsv') if swapped.endswith('.py') else str(secret),
+                       swap)
+        return real_open(path, flags, *args, dir_fd=dir_fd, **kw)
+    monkeypatch.setattr(os, 'open', racing_open)
+    with pytest.raises(unpack.Refused, match='is a symbolic link'):
+        unpack.unpack(str(folder), str(tmp_path / 'copy'))
+    monkeypatch.undo()
+    copied = [os.path.join(top, n) for top, dirs, files in os.walk(tmp_path / 'copy')
+              for n in dirs + files]
+    assert not any(os.path.islink(p) for p in copied)
+    assert not any(open(p).read().startswith('Who?') for p in copied if os.path.isfile(p))

@@ -62,8 +62,11 @@ SEEN = (len(pids), os.path.exists('/proc/{os.getpid()}/cmdline'), os.getppid())'
     assert not grader_visible and count <= 3 and parent <= 2, (count, grader_visible, parent)
 
 
-@needs_bwrap
-def test_the_child_has_no_network_not_even_loopback(tmp_path):
+@pytest.mark.parametrize('kind', KINDS)
+def test_the_child_has_no_network_not_even_loopback(tmp_path, kind):
+    """Under bubblewrap, and in the user sandbox's namespace where one can be made."""
+    if kind == 'user' and not user_sandbox.pid_namespace():
+        pytest.skip('no namespace here: the user sandbox keeps the network')
     server = socket.socket()
     server.bind(('127.0.0.1', 0))
     server.listen(1)
@@ -74,7 +77,7 @@ try:
     SEEN = 'connected'
 except OSError as e:
     SEEN = type(e).__name__'''
-        assert seen(tmp_path, code) != "'connected'"
+        assert seen(tmp_path, code, kind) != "'connected'"
     finally:
         server.close()
 
@@ -291,33 +294,67 @@ def alive(pid):
         return False
 
 
+def running(argument):
+    """The pids of the live processes whose command line holds `argument`."""
+    found = []
+    for name in os.listdir('/proc'):
+        if name.isdigit() and alive(name):
+            try:
+                with open(f'/proc/{name}/cmdline', 'rb') as f:
+                    if argument.encode() in f.read().split(b'\0'):
+                        found.append(int(name))
+            except OSError:
+                continue
+    return found
+
+
+# the user sandbox in a PID namespace of its own (where the kernel allows one), and without (the
+# fallback of Gradescope's container, which refuses namespaces)
+NAMESPACES = [pytest.param(True, id='namespace'), pytest.param(False, id='no-namespace')]
+
+
+@pytest.fixture
+def namespace(request, monkeypatch):
+    if request.param and not user_sandbox.pid_namespace():
+        pytest.skip('no PID namespace can be made here')
+    monkeypatch.setattr(user_sandbox, 'pid_namespace', lambda: request.param)
+    return request.param
+
+
 @needs_user
-def test_the_user_sandbox_ends_what_the_probe_started_and_nothing_else(tmp_path):
+@pytest.mark.parametrize('namespace', NAMESPACES, indirect=True)
+def test_the_user_sandbox_ends_what_the_probe_started_and_nothing_else(tmp_path, namespace):
     """A process of the sandbox's account that the grading did not start survives it; one that
     the submission started and detached (a new session, a double fork) does not. (Before, the
     sandbox ended every process of the account, and its account was `nobody` where a5probe was
     missing: other services' processes.)"""
     user = user_sandbox.account()
+    mark = f'{os.getpid()}{time.monotonic_ns() % 10**6}'  # (sleep's argument: how it is found)
     # started as the account, detached so that it is nobody's child here (the intermediate exits)
-    outside_pid = int(subprocess.run([sys.executable, '-I', '-c', '''import subprocess
-print(subprocess.Popen(["sleep", "120"], start_new_session=True, stdin=subprocess.DEVNULL,
+    outside_pid = int(subprocess.run([sys.executable, '-I', '-c', f'''import subprocess
+print(subprocess.Popen(["sleep", "120", "0.1{mark}"], start_new_session=True, stdin=subprocess.DEVNULL,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).pid)'''],
                                      user=user.pw_uid, group=user.pw_gid, extra_groups=[],
                                      check=True, cwd='/', capture_output=True, text=True).stdout)
     try:
         assert alive(outside_pid)
-        code = '''import os, time
+        code = f'''import os, time
 r, w = os.pipe()
 if os.fork() == 0:
     os.setsid()
     if os.fork() == 0:
         os.write(w, str(os.getpid()).encode())
-        time.sleep(120)
+        os.execvp('sleep', ['sleep', '120', '0.2{mark}'])
     os._exit(0)
 os.wait()
-SEEN = int(os.read(r, 20))'''
-        inside_pid = int(seen(tmp_path, code, 'user'))
-        assert not alive(inside_pid)
+pid = os.read(r, 20).decode()
+for _ in range(500):  # until the detached process is sleep
+    if open('/proc/' + pid + '/cmdline', 'rb').read().startswith(b'sleep'):
+        break
+    time.sleep(0.01)
+SEEN = "started"'''
+        assert seen(tmp_path, code, 'user') == "'started'"
+        assert running(f'0.2{mark}') == []
         assert alive(outside_pid)
     finally:
         os.kill(outside_pid, signal.SIGKILL)
@@ -552,7 +589,9 @@ def test_what_the_probe_holds_outside_its_files_counts_against_its_cap(tmp_path,
     monkeypatch.setattr(user_sandbox, 'DISK_CAP', 4 << 20)
     src = tmp_path / 'src'
     src.mkdir()
-    place = '/dev/shm/a5-held' if kind == 'user' else 'a5-held'  # (bubblewrap's is 4 MiB)
+    # (bubblewrap's /dev/shm is a tmpfs of 4 MiB, and so is a user sandbox's namespace's)
+    place = '/dev/shm/a5-held' if kind == 'user' and not user_sandbox.pid_namespace() \
+        else 'a5-held'
     (src / 'dataset.py').write_text(f'PLACE = {place!r}\n' + HELD[how] + '\nimport time\n'
                                     'time.sleep(60)\n')
     request, _, _ = spec_check.request_for(draws=spec_check.MIN_DRAWS)
@@ -566,11 +605,21 @@ def test_what_the_probe_holds_outside_its_files_counts_against_its_cap(tmp_path,
         assert user_sandbox.ipc_objects(user_sandbox.account().pw_uid) == []
 
 
-@needs_bwrap
-def test_under_bubblewrap_dev_shm_holds_no_more_than_the_disk_cap(tmp_path, monkeypatch):
+@pytest.mark.parametrize('kind', KINDS)
+def test_dev_shm_holds_no_more_than_the_disk_cap(tmp_path, monkeypatch, kind):
     """bubblewrap's own /dev put /dev/shm on a tmpfs of half the machine's memory, outside the
-    watched folder: it is now a tmpfs of the disk cap's size (4 MiB here)."""
+    watched folder, and a user-sandbox probe wrote 874 MiB to the machine's /dev/shm between two
+    of the watchdog's looks: in either sandbox it is now a tmpfs of the disk cap's size (4 MiB
+    here), full at the cap whatever the watchdog sees (it looks once an hour here: the write is
+    stopped by the tmpfs alone). The user sandbox's needs a PID namespace."""
+    if kind == 'user' and not user_sandbox.pid_namespace():
+        pytest.skip('no namespace here: the machine\'s /dev/shm, its writes watched')
     monkeypatch.setattr(user_sandbox, 'DISK_CAP', 4 << 20)
+    files_watch = user_sandbox.Watchdog.__init__
+
+    def hourly(self, measure, kill, every=0.5):
+        files_watch(self, measure, kill, 3600 if type(self) is user_sandbox.Watchdog else every)
+    monkeypatch.setattr(user_sandbox.Watchdog, '__init__', hourly)
     code = '''import os
 try:
     with open('/dev/shm/big', 'wb') as f:
@@ -578,7 +627,7 @@ try:
     SEEN = 'written'
 except OSError as e:
     SEEN = type(e).__name__'''
-    assert seen(tmp_path, code) == "'OSError'"
+    assert seen(tmp_path, code, kind) == "'OSError'"
 
 
 @needs_bwrap
@@ -627,12 +676,12 @@ def test_graders_meet_in_one_place_and_a_killed_graders_modes_come_back(tmp_path
     """Graders on one machine take their turns at one lock whatever their TMPDIR, and Hidden
     writes the modes it changes down first: a grader killed while they are changed leaves them
     for the next Hidden, which puts them back before it hides anything (no sandbox needed)."""
-    meeting = [subprocess.run([sys.executable, '-c', 'import user_sandbox; print(user_sandbox.MEETING)'],
+    meeting = [subprocess.run([sys.executable, '-c', 'import user_sandbox; print(user_sandbox.state_folder())'],
                               cwd=os.path.join(REPO, 'scripts', 'grading'), capture_output=True,
                               text=True, env=dict(os.environ, TMPDIR=str(tmp_path / t))).stdout
                for t in ('a', 'b')]
     (tmp_path / 'a').mkdir(), (tmp_path / 'b').mkdir()
-    assert meeting[0] == meeting[1] and str(tmp_path) not in meeting[0]
+    assert meeting[0] == meeting[1] != '' and str(tmp_path) not in meeting[0]
     folder, answers = tmp_path / 'data', tmp_path / 'data' / 'answers.tsv'
     folder.mkdir()
     answers.write_text('Who?\tParis\n')
@@ -653,21 +702,16 @@ def test_graders_meet_in_one_place_and_a_killed_graders_modes_come_back(tmp_path
 @needs_user
 def test_two_user_sandbox_graders_with_their_own_tmpdirs_take_turns(tmp_path):
     """Two graders started together, each with its own TMPDIR: each probe runs alone as the
-    user (it looks for another process of its user and sleeps, so that the two would overlap),
+    user (it looks for another probe's mark and sleeps, so that the two would overlap),
     and every mode is as it was afterwards. Before, the lock lived in TMPDIR: the probes met, one
     read the other's files and killed it, and the hidden folders stayed 0700."""
+    # (each leaves a mark in /tmp, which the sandbox removes after its run: a probe that finds
+    # another's mark ran beside it; /proc would not tell, in a namespace of its own)
     code = '''import os, time
+mine = f'a5-turn-{os.getpid()}-{time.monotonic_ns()}'
+open('/tmp/' + mine, 'w').close()
 def others():
-    mine = os.getuid()
-    found = []
-    for p in os.listdir('/proc'):
-        if p.isdigit() and int(p) != os.getpid():
-            try:
-                if os.stat('/proc/' + p).st_uid == mine:
-                    found.append(p)
-            except OSError:
-                pass
-    return found
+    return [n for n in os.listdir('/tmp') if n.startswith('a5-turn-') and n != mine]
 SEEN = [others()]
 time.sleep(3)
 SEEN.append(others())'''
@@ -737,3 +781,272 @@ def test_looking_for_the_user_sandbox_makes_no_account(monkeypatch):
     assert ran == [] and 'bash scripts/setup.sh --test makes it' in why, why
     user_sandbox.problem()  # the grader's own call: it makes the account where it can
     assert ran and ran[0][0][0] == 'useradd'
+
+
+# ---- a probe against the grader itself: its journal, its lock, memory, /proc, a killed grader --
+
+def planted(path, kind, record):
+    """A journal at `path` that is not the grader's own: another user's, open to others, or a
+    link to a file that says what the planter wants."""
+    import json
+    target = path if kind != 'a link' else path + '.real'
+    with open(target, 'w') as f:
+        json.dump(record, f)
+    os.chmod(target, 0o600)
+    if kind == 'another user':
+        user = user_sandbox.account()
+        os.chown(target, user.pw_uid if user else 65534, -1)
+    elif kind == 'open to others':
+        os.chmod(target, 0o666)
+    else:
+        os.symlink(target, path)
+
+
+@pytest.mark.parametrize('kind', [
+    pytest.param('another user', marks=pytest.mark.skipif(os.geteuid() != 0, reason='needs root')),
+    'open to others', 'a link'])
+def test_a_journal_that_is_not_the_graders_own_is_refused_and_applies_nothing(tmp_path, kind):
+    """A journal planted by the probe's user made the next grader set a root-owned file to mode
+    4777. Now the grader applies only a journal that is its own regular file, closed to others
+    (the one it writes: 0600), and refuses any other in one line, naming it; the file keeps its
+    mode. Its own journal is still applied (the test can fail)."""
+    victim = tmp_path / 'victim'
+    victim.write_text('root\n')
+    os.chmod(victim, 0o600)
+    journal = str(tmp_path / 'journal.json')
+    planted(journal, kind, {'modes': {str(victim): 0o4777}})
+    with pytest.raises(user_sandbox.Unsafe) as refused:
+        user_sandbox.Hidden([], journal, run={}).__enter__()
+    assert journal in str(refused.value) and '\n' not in str(refused.value)
+    assert os.stat(victim).st_mode & 0o7777 == 0o600
+    os.remove(journal)
+    user_sandbox.write_journal(journal, {'modes': {str(victim): 0o640}})
+    with user_sandbox.Hidden([], journal, run={}):
+        assert os.stat(victim).st_mode & 0o7777 == 0o640
+
+
+def test_the_grader_refuses_a_planted_journal_in_one_line(tmp_path, monkeypatch, capsys):
+    """Before any grading: `error: ...` naming the journal, exit status 2."""
+    journal = str(tmp_path / 'journal.json')
+    planted(journal, 'open to others', {'modes': {}})
+    monkeypatch.setattr(spec_check, 'sandbox_kind', lambda asked: ('user', None))
+    monkeypatch.setattr(user_sandbox, 'hide_command_line', lambda: True)
+    monkeypatch.setattr(user_sandbox, 'journal_path', lambda folder=None: journal)
+    (tmp_path / 'sub' / 'src').mkdir(parents=True)
+    assert grade.main([str(tmp_path / 'sub'), '--data_dir', str(tmp_path), '--seed', '1']) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith('error: ') and journal in err, err
+
+
+def test_the_graders_state_folder_is_its_own_or_refused(tmp_path):
+    """Where /run cannot be written the lock and journal went to the temporary folder, which
+    the probe's user may write in. Now a candidate whose parent cannot be written is passed by;
+    the folder is made 0700, and one that is not the grader's own (open to others, a link) is
+    refused in one line."""
+    fresh = str(tmp_path / 'fresh')
+    assert user_sandbox.state_folder(['/proc/no-such/state', fresh]) == fresh
+    assert os.stat(fresh).st_mode & 0o777 == 0o700
+    opened = tmp_path / 'opened'
+    opened.mkdir()
+    os.chmod(opened, 0o777)
+    linked = tmp_path / 'linked'
+    os.symlink(fresh, linked)
+    for bad in (opened, linked):
+        with pytest.raises(user_sandbox.Unsafe, match=f'{bad} .*remove it'):
+            user_sandbox.state_folder([str(bad)])
+
+
+HOLDER = '''import fcntl, os, subprocess, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.set_inheritable(fd, True)
+kw = dict(user=int(sys.argv[3]), group=int(sys.argv[4]), extra_groups=[]) if sys.argv[3] else {}
+if sys.argv[2] == 'hold':
+    print('held', flush=True)
+    sys.stdin.readline()
+else:  # its child holds it open; the holder itself ends
+    child = subprocess.Popen(['sleep', sys.argv[2]], pass_fds=[fd], start_new_session=True, **kw)
+    print(child.pid, flush=True)
+'''
+
+
+def hold_lock(path, how, user=None):
+    """A process that takes the lock at `path`: it holds it until its stdin ends ('hold'), or
+    passes it to a `sleep how` child (as `user`) and ends. (the Popen, its first line)"""
+    ids = [str(user.pw_uid), str(user.pw_gid)] if user else ['', '']
+    proc = subprocess.Popen([sys.executable, '-c', HOLDER, path, how, *ids],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    return proc, proc.stdout.readline().strip()
+
+
+def test_a_grader_that_waits_for_the_lock_says_for_whom(tmp_path):
+    """A grader that finds the lock taken says once which process holds it, then waits; one whose
+    holder has ended while a process it started holds the lock file open says that."""
+    import types
+    user = types.SimpleNamespace(pw_uid=54321)
+    path = str(tmp_path / 'probe-54321.lock')
+    holder, line = hold_lock(path, 'hold')
+    assert line == 'held'
+    said = []
+
+    def say(line):  # (the holder lets go once the waiting grader has said for whom it waits)
+        said.append(line)
+        holder.stdin.close()
+    with user_sandbox.one_at_a_time(user, str(tmp_path), say):
+        pass
+    holder.wait()
+    assert len(said) == 1 and f'pid {holder.pid}' in said[0] and 'another grader' in said[0], said
+    # the holder gone, its child keeping the file open
+    ended, child = hold_lock(path, '2')
+    ended.wait()
+    said = []
+    with user_sandbox.one_at_a_time(user, str(tmp_path), said.append):
+        pass
+    assert said and f'pid {ended.pid}' in said[0] and 'has ended' in said[0] and \
+        f'pid {child}' in said[0], said
+
+
+@needs_user
+def test_a_lock_held_by_another_user_is_refused_not_waited_for(tmp_path):
+    """A lock whose descriptor reached a process of another user (the probe's account) might
+    never be let go: the grader names it in one line instead of waiting forever."""
+    user = user_sandbox.account()
+    path = str(tmp_path / f'probe-{user.pw_uid}.lock')
+    ended, child = hold_lock(path, '60', user)
+    ended.wait()
+    try:
+        with pytest.raises(user_sandbox.Unsafe, match=f'held by pid {child} .*user {user.pw_name}'
+                                                      '.*not a grader'):
+            with user_sandbox.one_at_a_time(user, str(tmp_path), lambda line: None):
+                pass
+    finally:
+        os.kill(int(child), signal.SIGKILL)
+
+
+GREEDY = '''import os, time
+for _ in range(8):  # each child under the per-process cap, together far past the whole cap
+    if os.fork() == 0:
+        block = bytearray(120 << 20)
+        for i in range(0, len(block), 4096):
+            block[i] = 1
+        time.sleep(120)
+        os._exit(0)
+time.sleep(120)
+SEEN = 'held'
+'''
+
+
+@pytest.mark.parametrize('kind', KINDS)
+@pytest.mark.parametrize('how', ['cgroup', 'sum over the tree'])
+def test_the_memory_cap_holds_for_the_probes_whole_tree(tmp_path, monkeypatch, kind, how):
+    """8 children of 180 MiB each ran under --dataset_memory_mb 256: the cap was per process.
+    Now the tree is capped: by a cgroup where the grader can make one, else by the sum of its
+    processes' memory, looked at every 0.05 s. 8 x 120 MiB under 128 MiB (plus the interpreter's
+    512) ends the run, with the reason."""
+    if how == 'cgroup':
+        with user_sandbox.MemoryCap(1 << 30) as cap:
+            if cap.path is None:
+                pytest.skip('no cgroup can be made here')
+    else:
+        monkeypatch.setattr(user_sandbox.MemoryCap, 'ROOTS', ())
+    src = tmp_path / 'src'
+    src.mkdir()
+    (src / 'dataset.py').write_text(GREEDY)
+    request, _, _ = spec_check.request_for(draws=spec_check.MIN_DRAWS, memory_mb=128)
+    report, why = spec_check.run_probe(str(src), str(tmp_path / 'sandbox'), request, 120,
+                                       isolate=kind)
+    assert report is None and 'used more than 128 MiB of memory' in why, (report, why)
+
+
+@needs_user
+@pytest.mark.parametrize('namespace', NAMESPACES, indirect=True)
+def test_other_processes_command_lines_are_hidden_from_the_probe(tmp_path, namespace):
+    """A user-sandbox probe read 35 of 37 paths in other processes' command lines, other graders'
+    submissions among them. In a PID namespace of its own it sees none; without one (a container
+    that refuses namespaces) it still can, and the report's sandbox line says so."""
+    secret = f'/submissions/a5-secret-{os.getpid()}.zip'
+    other = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', secret])
+    try:
+        code = f'''import os
+SEEN = []
+for p in os.listdir('/proc'):
+    try:
+        if p.isdigit() and {secret!r}.encode() in open('/proc/' + p + '/cmdline', 'rb').read():
+            SEEN.append(p)
+    except OSError:
+        pass'''
+        found = eval(seen(tmp_path, code, 'user'))
+    finally:
+        other.kill()
+    assert (found == []) == namespace, found
+    assert ('visible' in spec_check.sandbox_name('user')) != namespace
+
+
+KILLED_GRADER = '''import sys
+sys.path.insert(0, sys.argv[1])
+import spec_check, user_sandbox
+user_sandbox.pid_namespace = lambda: sys.argv[2] == 'True'
+request, _, _ = spec_check.request_for(draws=spec_check.MIN_DRAWS)
+spec_check.run_probe(sys.argv[3], sys.argv[4], request, 120, isolate='user', hidden=[sys.argv[5]])
+'''
+
+
+@needs_user
+@pytest.mark.parametrize('namespace', NAMESPACES, indirect=True)
+def test_a_killed_graders_probe_ends_and_the_next_grader_clears_what_it_left(tmp_path, namespace):
+    """A grader killed mid-probe left the probe running as the probe's account, and its folders.
+    In a namespace everything the probe started ends with the grader; without one a detached
+    process outlives it, and the next grader ends it (the killed grader's journal says when its
+    run began), removes its folder and its user's files, and puts the hidden modes back."""
+    mark = f'{os.getpid()}{time.monotonic_ns() % 10**6}'
+    shared = tempfile.mkdtemp(prefix='a5-test-')  # (pytest's own folders are closed to others)
+    try:
+        os.chmod(shared, 0o755)
+        data = os.path.join(shared, 'data')
+        os.mkdir(data, 0o755)
+        src = os.path.join(shared, 'src')
+        os.mkdir(src)
+        with open(os.path.join(src, 'dataset.py'), 'w') as f:
+            f.write(f'''import os, time
+r, w = os.pipe()
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.write(w, str(os.getpid()).encode())
+        os.execvp('sleep', ['sleep', '120', '0.{mark}'])
+    os._exit(0)
+os.wait()
+pid = os.read(r, 20).decode()
+while not open('/proc/' + pid + '/cmdline', 'rb').read().startswith(b'sleep'):
+    time.sleep(0.01)
+open('/tmp/a5-ready-{mark}', 'w').close()
+time.sleep(120)
+''')
+        grader = subprocess.Popen([sys.executable, '-c', KILLED_GRADER,
+                                   os.path.join(REPO, 'scripts', 'grading'), str(namespace), src,
+                                   os.path.join(shared, 'sandbox'), data])
+        for _ in range(1200):  # (it may wait for the lock: other tests' probes)
+            if os.path.exists(f'/tmp/a5-ready-{mark}') or grader.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert os.path.exists(f'/tmp/a5-ready-{mark}')
+        import json
+        left = json.loads(user_sandbox.read_own(user_sandbox.journal_path()))['folder']
+        assert os.path.isdir(left) and os.stat(data).st_mode & 0o777 == 0o700
+        assert running(f'0.{mark}') != []
+        grader.kill()
+        grader.wait()
+        for _ in range(100):  # (the kernel ends the namespace's processes: a moment)
+            if not running(f'0.{mark}'):
+                break
+            time.sleep(0.1)
+        if namespace:
+            assert running(f'0.{mark}') == []
+        assert seen(tmp_path, 'SEEN = 1', 'user') == '1'  # the next grader
+        assert running(f'0.{mark}') == []
+        assert not os.path.exists(left) and not os.path.exists(f'/tmp/a5-ready-{mark}')
+        assert os.stat(data).st_mode & 0o777 == 0o755
+    finally:
+        for pid in running(f'0.{mark}'):
+            os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(shared)

@@ -756,6 +756,10 @@ def check_args(args):
                              '(bubblewrap cannot run here)')
         if args.sandbox_kind == 'user':  # (the probe's user could read the paths it names)
             user_sandbox.hide_command_line()
+            try:  # the lock's folder and a killed grader's journal: the grader's own, or refused
+                user_sandbox.read_own(user_sandbox.journal_path())
+            except user_sandbox.Unsafe as e:
+                raise UsageError(str(e))
             # a folder hidden from the probe must not hold what it runs on
             for flag, folder in [('--data_dir', args.data_dir)] + \
                     [('SUBMISSION', p) for p in args.submissions]:

@@ -17,6 +17,7 @@ for NameDataset in the handout's format. Where the handouts' text and their own 
 slicing disagree (LENGTHS, a third ⁇ after the masked content), both readings pass and the
 detail names the one followed.
 """
+import contextlib
 import functools
 import json
 import math
@@ -106,8 +107,12 @@ def request_for(seed=DEFAULTS['seed'], draws=DEFAULTS['draws'],
     return request, docs, pairs
 
 
-def _limit_files():
+def _limit_files(cap=None):
+    """In the probe's first process, before its exec: its file limits (and into `cap`'s
+    cgroup)."""
     import resource
+    if cap is not None:
+        cap.join()
     resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_CAP, FILE_CAP))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     # no POSIX message queue at all: one outlives its maker, and where /dev/mqueue is not mounted
@@ -186,7 +191,10 @@ def sandbox_kind(asked='auto'):
 def sandbox_name(kind):
     """How a report names the sandbox a check ran in."""
     if kind == 'user':
-        return f'unprivileged user {user_sandbox.account().pw_name} (no namespaces here)'
+        hidden = user_sandbox.proc_hidden()
+        return f'unprivileged user {user_sandbox.account().pw_name}, ' + (
+            f'other processes hidden by {hidden}' if hidden else
+            'no namespaces here: other processes\' command lines are visible to it')
     return {'bubblewrap': 'bubblewrap (namespaces)', None: 'none: the grader\'s own user'}[kind]
 
 
@@ -195,17 +203,21 @@ def run_probe(src, sandbox, request, wall_seconds=DEFAULTS['wall_seconds'], isol
     """(report, None) from dataset_probe.py run on a copy of `src` in the folder `sandbox`, or
     (None, why it gave none). isolate: 'bubblewrap' (sandbox_command; True too), 'user'
     (user_sandbox: in a folder of its own under /tmp, `hidden` out of its reach), or None
-    (False): as the grader's user, with the limits above only (grade.py --no-sandbox)."""
+    (False): as the grader's user, with the limits above only (grade.py --no-sandbox). Under
+    either sandbox the memory of the probe's whole tree is capped (user_sandbox.MemoryCap)."""
     isolate = {True: 'bubblewrap', False: None}.get(isolate, isolate)
     os.makedirs(sandbox)
+    cap = user_sandbox.MemoryCap((request['memory_mb'] << 20) + user_sandbox.BASE_MEMORY)
     if isolate == 'user':  # (Orphans: what the probe starts stays below the grader, to be ended)
-        with user_sandbox.one_at_a_time(user_sandbox.account()), user_sandbox.Orphans():
-            return _run_probe(src, sandbox, request, wall_seconds, isolate, hidden)
-    return _run_probe(src, sandbox, request, wall_seconds, isolate, hidden)
+        with user_sandbox.one_at_a_time(user_sandbox.account()), user_sandbox.Orphans(), cap:
+            return _run_probe(src, sandbox, request, wall_seconds, isolate, hidden, cap)
+    with cap if isolate else contextlib.nullcontext(cap):
+        return _run_probe(src, sandbox, request, wall_seconds, isolate, hidden, cap)
 
 
-def _run_probe(src, sandbox, request, wall_seconds, isolate, hidden):
-    user = folder = watchdog = None
+def _run_probe(src, sandbox, request, wall_seconds, isolate, hidden, cap):
+    user = folder = None
+    watchdogs = []
     if isolate == 'user':
         user = user_sandbox.account()
         folder = user_sandbox.Folder(user, PROBE, src)
@@ -224,41 +236,62 @@ def _run_probe(src, sandbox, request, wall_seconds, isolate, hidden):
     argv = [sys.executable, '-s', '-B'] + (['-P'] if sys.version_info >= (3, 11) else []) + \
         [probe, 'request.json']
     end = None
-    with user_sandbox.Hidden(hidden if user is not None else ()):  # (unhidden last)
-        try:
-            if user is not None:
-                proc = user_sandbox.popen_as(user, argv, work, env, subprocess.PIPE, _limit_files)
-                uid = user.pw_uid
-                end = functools.partial(user_sandbox.end_started, user, spare=(proc.pid,))
-                watchdog = user_sandbox.Watchdog(lambda: user_measure(uid, work), end)
-            else:
-                if isolate == 'bubblewrap':
-                    argv = sandbox_command(argv, os.path.abspath(sandbox))
-                proc = subprocess.Popen(argv, cwd=sandbox, env=env, stdin=subprocess.DEVNULL,
-                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                        start_new_session=True, preexec_fn=_limit_files)
-                # (the folder is the only place bubblewrap lets it write; its processes descend)
-                watchdog = user_sandbox.Watchdog(lambda: bubblewrap_measure(proc.pid, sandbox),
-                                                 lambda: _kill_group(proc))
-            watchdog.start()
-            return _read_report(proc, request, wall_seconds, isolate, watchdog, end)
-        finally:
-            if watchdog is not None:
-                watchdog.stop()
-            if user is not None:  # the processes it started, then its files, before unhiding
-                if end is not None:
-                    end()
-                user_sandbox.remove_owned(user.pw_uid)
-                user_sandbox.remove_ipc(user.pw_uid)
-                folder.close()
+    # (a killed grader's journal says what its run left: the next one ends it)
+    run = None if user is None else dict(folder=folder.root, cgroup=cap.path,
+                                         since=user_sandbox.since_boot())
+    try:
+        with user_sandbox.Hidden(hidden if user is not None else (), run=run):  # (unhidden last)
+            try:
+                if user is not None:
+                    proc, inside = user_sandbox.popen_as(user, argv, work, env, subprocess.PIPE,
+                                                         _limit_files, cap)
+                    uid = user.pw_uid
+                    end = functools.partial(user_sandbox.end_started, user, spare=(proc.pid,))
+                    watchdogs.append(user_sandbox.Watchdog(
+                        lambda: user_measure(uid, work, proc.pid if inside else None), end))
+                    tree = functools.partial(user_sandbox.started, uid)
+                else:
+                    inside = isolate == 'bubblewrap'
+                    if inside:
+                        argv = sandbox_command(argv, os.path.abspath(sandbox))
+                    proc = subprocess.Popen(argv, cwd=sandbox, env=env, stdin=subprocess.DEVNULL,
+                                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                            start_new_session=True,
+                                            preexec_fn=functools.partial(_limit_files, cap))
+                    # (the folder is the only place bubblewrap lets it write; its processes
+                    # descend)
+                    watchdogs.append(user_sandbox.Watchdog(
+                        lambda: bubblewrap_measure(proc.pid, sandbox), lambda: _kill_group(proc)))
+                    tree = lambda: [proc.pid] + user_sandbox.below(  # noqa: E731
+                        proc.pid, user_sandbox.process_table())
+                watchdogs.append(user_sandbox.MemoryWatch(tree, cap, end or (
+                    lambda: _kill_group(proc))))
+                for watchdog in watchdogs:
+                    watchdog.start()
+                return _read_report(proc, request, wall_seconds, inside, watchdogs, end, cap)
+            finally:
+                for watchdog in watchdogs:
+                    watchdog.stop()
+                if user is not None:  # the processes it started, then its files, before unhiding
+                    if end is not None:
+                        end()
+                    user_sandbox.remove_owned(user.pw_uid)
+                    user_sandbox.remove_ipc(user.pw_uid)
+    finally:
+        if folder is not None:
+            folder.close()
 
 
-def user_measure(uid, work):
+def user_measure(uid, work, init=None):
     """(bytes, files, processes, CPU seconds) of a probe run as another user, for its watchdog:
-    its files in its folder and the shared ones, the memfd and removed files it holds open or
-    mapped, and its System V shared memory (memory that no process limit counts)."""
+    its files in its folder and the shared ones (in a namespace, `init` the pid of unshare's
+    first child: its own /dev/shm too), the memfd and removed files it holds open or mapped, and
+    its System V shared memory (memory that no process limit counts)."""
     pids = user_sandbox.started(uid)
     roots = (work,) + user_sandbox.SHARED_TMP
+    if init is not None:
+        roots += tuple(f'/proc/{p}/root/dev/shm'
+                       for p in user_sandbox.below(init, user_sandbox.process_table())[:1])
     size, files = user_sandbox.owned(uid, roots, user_sandbox.FILES_CAP + 1)
     size += user_sandbox.held_open(pids, roots)
     size += sum(n for kind, _, n in user_sandbox.ipc_objects(uid) if kind == 'shm')
@@ -287,9 +320,11 @@ def _kill_group(proc):
         pass
 
 
-def _read_report(proc, request, wall_seconds, isolate, watchdog=None, end=None):
-    """(report, None) or (None, why) from the probe process `proc` (see run_probe); end(): ends
-    every process the probe may have left (its session's are killed in any case)."""
+def _read_report(proc, request, wall_seconds, wrapped, watchdogs=(), end=None, cap=None):
+    """(report, None) or (None, why) from the probe process `proc` (see run_probe); wrapped: it
+    is bubblewrap or unshare, whose exit status is 128 + the signal that ended the probe; end():
+    ends every process the probe may have left (its session's are killed in any case); cap: its
+    MemoryCap."""
     chunks, size = [], [0]
 
     def read():  # at most REPORT_CAP bytes kept; the rest is read and dropped
@@ -314,12 +349,14 @@ def _read_report(proc, request, wall_seconds, isolate, watchdog=None, end=None):
         proc.wait()
         reader.join(timeout=10)
     code = proc.returncode
-    if isolate == 'bubblewrap' and code > 128:  # bwrap exits with 128 + the child's signal
+    if wrapped and code > 128:
         code = 128 - code
-    if why is None and watchdog is not None and watchdog.why is not None:
-        why = watchdog.why
-    if why is None and code == -signal.SIGKILL and watchdog is not None and \
-            watchdog.cpu_seen >= request['cpu_seconds']:
+    for watchdog in watchdogs:
+        why = why or watchdog.why
+    if why is None and cap is not None and cap.oom_killed():
+        why = user_sandbox.memory_why(cap.limit)
+    if why is None and code == -signal.SIGKILL and watchdogs and \
+            watchdogs[0].cpu_seen >= request['cpu_seconds']:
         code = -signal.SIGXCPU  # SIGXCPU ignored: the hard CPU limit's SIGKILL followed it
     if why is None and code != 0:
         why = {-signal.SIGXCPU: f'used more than {request["cpu_seconds"]} s of CPU time (an '

@@ -9,9 +9,9 @@ long for a file system is left out, alone, with a warning; a folder's hard link 
 own data or held-out answers is refused. Names in the reasons are escaped
 (repr) and cut short: a crafted name cannot forge a line of the report.
 """
+import errno
 import os
 import re
-import shutil
 import stat
 import zipfile
 import zlib
@@ -140,31 +140,72 @@ def _extract_zip(path, dest, skipped):
 
 
 def _copy_folder(path, dest, protected=()):
+    """Copy the folder `path` into the new folder `dest`, walking it by descriptors: each entry
+    is opened without following a link (O_NOFOLLOW) and judged by what was opened (fstat), so
+    that a file swapped for a link, or a folder for a link to elsewhere, after it was listed is
+    refused, never copied or followed."""
     os.makedirs(dest)
-    count = size = 0
-    for root, dirs, files in os.walk(path):
-        rel = os.path.relpath(root, path)
-        if rel.count(os.sep) + 1 > MAX_DEPTH or len(rel) > MAX_NAME:
-            raise Refused(f'{shown(rel)} is more than {MAX_DEPTH} folders deep or {MAX_NAME} '
-                          'characters long: beyond any submission')
-        for name in dirs + files:
-            full = os.path.join(root, name)
-            st = os.lstat(full)
-            mode = st.st_mode
-            where = shown(os.path.normpath(os.path.join(rel, name)))
-            if stat.S_ISLNK(mode):
-                raise Refused(f'{where} is a symbolic link')
-            if stat.S_ISREG(mode) and st.st_nlink > 1 and (st.st_dev, st.st_ino) in protected:
+    try:
+        top = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as e:
+        raise Refused(f'the folder cannot be opened ({e.strerror})')
+    seen = {'files': 0, 'bytes': 0}
+    try:
+        _copy_below(top, dest, '', protected, seen)
+    finally:
+        os.close(top)
+
+
+def _open_entry(folder_fd, name, where):
+    """A descriptor of `name` in `folder_fd`, never through a link, and its fstat (what is not
+    a folder or a regular file when listed is refused unopened: opening a device may act)."""
+    try:
+        listed = os.stat(name, dir_fd=folder_fd, follow_symlinks=False)
+    except OSError as e:
+        raise Refused(f'{where} cannot be read ({e.strerror})')
+    if stat.S_ISLNK(listed.st_mode):
+        raise Refused(f'{where} is a symbolic link')
+    if not (stat.S_ISDIR(listed.st_mode) or stat.S_ISREG(listed.st_mode)):
+        raise Refused(f'{where} is not a regular file')
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY,
+                     dir_fd=folder_fd)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise Refused(f'{where} is a symbolic link')
+        raise Refused(f'{where} cannot be opened ({e.strerror})')
+    return fd, os.fstat(fd)
+
+
+def _copy_below(folder_fd, dest, rel, protected, seen):
+    if rel.count(os.sep) + 1 > MAX_DEPTH or len(rel) > MAX_NAME:
+        raise Refused(f'{shown(rel)} is more than {MAX_DEPTH} folders deep or {MAX_NAME} '
+                      'characters long: beyond any submission')
+    os.makedirs(os.path.join(dest, rel), exist_ok=True)
+    with os.scandir(folder_fd) as entries:
+        names = sorted(e.name for e in entries)
+    for name in names:
+        where = shown(os.path.join(rel, name))
+        fd, st = _open_entry(folder_fd, name, where)
+        try:
+            if stat.S_ISDIR(st.st_mode):
+                _copy_below(fd, dest, os.path.join(rel, name), protected, seen)
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                raise Refused(f'{where} is not a regular file')
+            if st.st_nlink > 1 and (st.st_dev, st.st_ino) in protected:
                 raise Refused(f'{where} is a hard link to a file the grader keeps from '
                               'submissions (its data or held-out answers)')
-            if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
-                raise Refused(f'{where} is not a regular file')
-        os.makedirs(os.path.join(dest, rel), exist_ok=True)
-        for name in files:
-            count += 1
-            size += os.lstat(os.path.join(root, name)).st_size
-            if count > MAX_FILES or size > MAX_BYTES:
+            seen['files'] += 1
+            if seen['files'] > MAX_FILES:
                 raise Refused(f'the folder holds more than {MAX_FILES} files or '
                               f'{MAX_BYTES >> 20} MiB, far beyond a submission')
-            shutil.copyfile(os.path.join(root, name), os.path.join(dest, rel, name),
-                            follow_symlinks=False)
+            with open(os.path.join(dest, rel, name), 'xb') as out:
+                for chunk in iter(lambda: os.read(fd, 1 << 20), b''):
+                    seen['bytes'] += len(chunk)  # (what is read: a file may grow meanwhile)
+                    if seen['bytes'] > MAX_BYTES:
+                        raise Refused(f'the folder holds more than {MAX_FILES} files or '
+                                      f'{MAX_BYTES >> 20} MiB, far beyond a submission')
+                    out.write(chunk)
+        finally:
+            os.close(fd)

@@ -15,8 +15,14 @@ belong to other services. The user:
   were unpacked with, and put back afterwards;
 - has limits: RLIMIT_NPROC (processes of the user), RLIMIT_NOFILE, no core files, no new
   privileges (setuid programs stay unprivileged); the probe adds CPU time, memory and file size;
-  a watchdog ends the run when the user's files in its folder and the shared temporary folders
-  pass DISK_CAP or FILES_CAP;
+  the memory of its whole tree is capped (MemoryCap: a cgroup where the grader can make one, else
+  the sum over its processes, watched); a watchdog ends the run when the user's files in its
+  folder and the shared temporary folders pass DISK_CAP or FILES_CAP;
+- runs, where the kernel allows (root, util-linux's unshare and setpriv), in a PID and mount
+  namespace of its own: its /proc shows its own processes only (other graders' command lines
+  name their submissions), its /dev/shm is a tmpfs of DISK_CAP, and everything in it ends with
+  the grader; elsewhere (a container that refuses namespaces) the probe dies with the grader and
+  the next grader ends what it left;
 - ends with the processes the probe started killed, until none is left: while a probe runs the
   grader is their child subreaper (`Orphans`), so a process that detaches itself (a new
   session, a double fork) is still below the grader, and the grader ends the processes of the
@@ -25,14 +31,19 @@ belong to other services. The user:
   While it runs, its files there (however deep), the removed and memfd files it holds open or
   mapped and its System V shared memory count towards its caps; it may make no POSIX message
   queue (spec_check's limits). Two graders on one machine take turns, whatever their TMPDIR
-  (`one_at_a_time`), and the modes a killed grader left changed are put back by the next.
+  (`one_at_a_time`, at a lock in a folder of the grader's own: state_folder), and what a killed
+  grader left (modes changed, its probe's processes, cgroup and folder) is ended by the next,
+  from a journal it applies only where it is the grader's own file.
 
-It does not take the network away (no namespaces: nothing to take it with); nothing the user can
-read is worth sending. bubblewrap stays the first choice where it runs (spec_check).
+In the namespace it has no network (a network namespace of its own, loopback down); without one
+it keeps the network, and nothing the user can read is worth sending. bubblewrap stays the first
+choice where it runs (spec_check).
 """
 import contextlib
 import ctypes
 import fcntl
+import functools
+import itertools
 import json
 import os
 import pwd
@@ -135,34 +146,83 @@ def closed_folder(path, user):
     return None
 
 
-# Where graders on one machine meet, whatever their TMPDIR: root's own folder for run-time state
-# (a probe's user cannot write there), else the temporary folder.
-MEETING = '/run' if os.path.isdir('/run') and os.access('/run', os.W_OK) else tempfile.gettempdir()
-# the modes Hidden changed, kept on disk while they are changed: a grader killed meanwhile leaves
-# them for the next one to put back
-JOURNAL = os.path.join(MEETING, 'a5probe-hidden-modes.json')
+class Unsafe(Exception):
+    """The grader's own state (its folder, lock or journal) is not the grader's alone: why, in
+    one line, and what to do."""
+
+
+# Where graders on one machine meet, whatever their TMPDIR: the first of these whose parent the
+# grader can write in. The folder is made 0700 and must be the grader's own and closed to others:
+# a probe's user could otherwise plant a journal or hold the lock (the temporary folder is
+# everyone's).
+STATE_FOLDERS = ('/run/a5probe', '/var/lib/a5probe', '/tmp/a5probe-state')
+
+
+def not_own(st, open_bits, kind):
+    """Why a file of lstat/fstat `st` is not the grader's alone (None where it is): `kind` the
+    type it must be (stat.S_ISDIR or S_ISREG), none of `open_bits` set in its mode."""
+    if not kind(st.st_mode):
+        return 'is not a ' + ('folder' if kind is stat.S_ISDIR else 'regular file')
+    if st.st_uid != os.geteuid():
+        return f'belongs to uid {st.st_uid}, not to the grader\'s ({os.geteuid()})'
+    if stat.S_IMODE(st.st_mode) & open_bits:
+        return f'has mode {stat.S_IMODE(st.st_mode):04o}: others may write to it'
+    return None
+
+
+def state_folder(candidates=None):
+    """The folder of the graders' lock and journal (made where missing); Unsafe where it is
+    not the grader's alone, or where no candidate can be written."""
+    for path in STATE_FOLDERS if candidates is None else candidates:
+        parent = os.path.dirname(path)
+        if not (os.path.isdir(parent) and os.access(parent, os.W_OK)):
+            continue
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+        except OSError:
+            continue
+        why = not_own(os.lstat(path), 0o077, stat.S_ISDIR)
+        if why is not None:
+            raise Unsafe(f'the grader\'s state folder {path} {why}: a probe may have made it; '
+                         f'remove it (rm -r {path}) and grade again')
+        return path
+    raise Unsafe(f'none of {", ".join(STATE_FOLDERS)} can be made: the grader has nowhere of its '
+                 'own for its lock and journal')
+
+
+def journal_path(folder=None):
+    """The journal of the modes Hidden changed (and the run it hid them for), kept on disk while
+    they are changed: a grader killed meanwhile leaves them for the next one to put back."""
+    return os.path.join(folder or state_folder(), 'hidden-modes.json')
 
 
 class Hidden:
     """With it: `paths` (files or folders) readable by their owner only; after, their modes as
     they were. Other users cannot list or enter a folder of mode 0700, nor read a file of 0600.
-    Held under one_at_a_time: the modes are written to JOURNAL first, and a journal left by a
-    grader killed while it held them is put back before anything is hidden again."""
+    Held under one_at_a_time: the modes are written to the journal first (with `run`: the probe's
+    folder, cgroup and start, what a killed run leaves), and a journal left by a grader killed
+    while it held them is put back (and its run's leftovers ended) before anything is hidden
+    again. A journal that is not the grader's own is refused (Unsafe), never applied."""
 
-    def __init__(self, paths, journal=None):
+    def __init__(self, paths, journal=None, run=None):
         self.paths = sorted({os.path.abspath(p) for p in paths if p and os.path.exists(p)})
-        self.journal = JOURNAL if journal is None else journal
+        self.journal, self.run = journal, run
 
     def __enter__(self):
-        self.modes = {}
-        if not self.paths:  # (bubblewrap's runs: nothing hidden, no lock held, nothing touched)
+        self.modes, self.written = {}, False
+        if not self.paths and self.run is None:  # (bubblewrap's runs: nothing hidden or held)
             return self
+        if self.journal is None:
+            self.journal = journal_path()
         restore_journal(self.journal)
         for p in self.paths:
             if not os.path.islink(p):
                 self.modes[p] = stat.S_IMODE(os.lstat(p).st_mode)
-        if self.modes:
-            write_journal(self.journal, self.modes)
+        if self.modes or self.run is not None:
+            write_journal(self.journal, {'modes': self.modes, **(self.run or {})})
+            self.written = True
         for p, mode in self.modes.items():
             os.chmod(p, mode & 0o700)
         return self
@@ -170,46 +230,189 @@ class Hidden:
     def __exit__(self, *exc):
         for p, mode in self.modes.items():
             os.chmod(p, mode)
-        if self.modes:
+        if self.written:
             os.remove(self.journal)
 
 
-def write_journal(path, modes):
+def write_journal(path, record):
     fd = os.open(path + '.tmp', os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, 'w', encoding='utf-8') as f:
-        json.dump(modes, f)
+        os.fchmod(f.fileno(), 0o600)  # (a .tmp left by a killed grader keeps its old mode)
+        json.dump(record, f)
         f.flush()
         os.fsync(f.fileno())
     os.replace(path + '.tmp', path)
 
 
-def restore_journal(path):
-    """Put back the modes a killed grader's Hidden left changed (its journal), if any."""
+def read_own(path, cap=1 << 24):
+    """The text of `path` where it is the grader's own regular file, closed to others; None
+    where there is none; Unsafe where it is not the grader's (a link, another owner, open
+    modes): it would be applied with the grader's rights."""
     try:
-        with open(path, encoding='utf-8') as f:
-            modes = json.load(f)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise Unsafe(f'{path}: {e.strerror}: not the grader\'s own file; remove it once you have '
+                     'checked it')
+    with os.fdopen(fd, 'rb') as f:
+        why = not_own(os.fstat(f.fileno()), 0o077, stat.S_ISREG)
+        if why is not None:
+            raise Unsafe(f'{path} {why}: not applied; remove it (rm {path}) once you have checked '
+                         'what it names')
+        return f.read(cap).decode('utf-8', errors='replace')
+
+
+def restore_journal(path):
+    """Put back the modes a killed grader's Hidden left changed (its journal), if any, and end
+    what its run left: the probe user's processes started since it began, its cgroup, its
+    folder."""
+    text = read_own(path)
+    if text is None:
         return
-    except (OSError, ValueError):
-        modes = {}
+    try:
+        record = json.loads(text)
+    except ValueError:
+        record = {}
+    if not isinstance(record, dict):
+        record = {}
+    modes = record.get('modes', {})
     for p, mode in (modes.items() if isinstance(modes, dict) else ()):
         if isinstance(p, str) and isinstance(mode, int) and os.path.lexists(p) \
                 and not os.path.islink(p):
             os.chmod(p, mode & 0o7777)
+    end_leftovers(record)
     os.remove(path)
 
 
-@contextlib.contextmanager
-def one_at_a_time(user):
-    """Held while a probe runs as `user`: an exclusive lock on a file of root's, 0600, in the one
-    place every grader of the machine looks (MEETING, whatever its TMPDIR): they take turns."""
-    path = os.path.join(MEETING, f'a5probe-{user.pw_uid}.lock')
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+def end_leftovers(record):
+    """End what a killed grader's run (its journal `record`) left: its cgroup with every
+    process in it, else (no cgroup could be made) the probe user's processes started since the
+    run began (killed until none is left); its probe folder; its user's files and IPC."""
+    user, since, cgroup = account(), record.get('since'), record.get('cgroup')
+    if isinstance(cgroup, str) and os.path.basename(cgroup).startswith('a5probe-'):
+        MemoryCap.remove(cgroup)
+    elif user is not None and isinstance(since, (int, float)):
+        for _ in range(50):
+            pids = [p for p, (_, uid, state) in process_table().items()
+                    if uid == user.pw_uid and state != 'Z' and started_at(p) >= since]
+            if not pids:
+                break
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.02)
+    folder = record.get('folder')
+    if isinstance(folder, str) and os.path.basename(folder).startswith('a5probe-') and \
+            not os.path.islink(folder) and os.path.isdir(folder) and \
+            os.lstat(folder).st_uid == os.geteuid():
+        remove(folder)
+    if user is not None:
+        remove_owned(user.pw_uid)
+        remove_ipc(user.pw_uid)
+
+
+def since_boot():
+    """Seconds since the machine started (the clock of a process's start in /proc)."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def started_at(pid):
+    """When `pid` started, in seconds since boot (inf where it has ended)."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        with open(f'/proc/{pid}/stat') as f:
+            return int(f.read().rsplit(')', 1)[1].split()[19]) / os.sysconf('SC_CLK_TCK')
+    except (OSError, ValueError, IndexError):
+        return float('inf')
+
+
+@contextlib.contextmanager
+def one_at_a_time(user, folder=None, say=None):
+    """Held while a probe runs as `user`: an exclusive lock on a file of the grader's, 0600, in
+    the one place every grader of the machine looks (state_folder, whatever its TMPDIR): they
+    take turns. A grader that must wait says once for whom (say: a function of a line, stderr by
+    default); a lock held by a process of another user (a descriptor that leaked to it) is
+    refused (Unsafe), since it may never be let go."""
+    path = os.path.join(folder or state_folder(), f'probe-{user.pw_uid}.lock')
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+    try:
+        st = os.fstat(fd)
+        why = not_own(st, 0o077, stat.S_ISREG)
+        if why is not None:
+            raise Unsafe(f'the grader\'s lock {path} {why}: remove it (rm {path}) and grade again')
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            line = waiting_for(path, st)
+            (say or (lambda text: print(text, file=sys.stderr, flush=True)))(line)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        os.ftruncate(fd, 0)
+        os.write(fd, f'{os.getpid()}\n'.encode())
         yield
     finally:
         os.close(fd)
+
+
+def lock_holders(st):
+    """The pids /proc/locks names as holding a lock on the file of fstat `st`."""
+    key = f'{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}'
+    try:
+        with open('/proc/locks') as f:
+            rows = [line.split() for line in f]
+    except OSError:
+        return []
+    # (a row with '->' is a process waiting for the lock, not holding it)
+    return [int(row[4]) for row in rows if len(row) > 5 and row[5] == key and '->' not in row]
+
+
+def holding_open(path):
+    """The pids of the processes that hold `path` open."""
+    found = []
+    for name in os.listdir('/proc'):
+        if not name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            if any(os.readlink(f'/proc/{name}/fd/{fd}') == path
+                   for fd in os.listdir(f'/proc/{name}/fd')):
+                found.append(int(name))
+    return found
+
+
+def described(pid):
+    """`pid` as a line names it: its pid, command and user."""
+    try:
+        with open(f'/proc/{pid}/comm') as f:
+            comm = f.read().strip()
+        uid = os.stat(f'/proc/{pid}').st_uid
+    except OSError:
+        return f'pid {pid}'
+    try:
+        who = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        who = f'uid {uid}'
+    return f'pid {pid} ({comm!r}, user {who})'
+
+
+def waiting_for(path, st):
+    """The line a grader says before it waits for the lock at `path` (fstat `st`); Unsafe where
+    a process of another user holds it."""
+    holders = lock_holders(st)
+    alive = [p for p in holders if os.path.exists(f'/proc/{p}')]
+    ended = [p for p in holders if p not in alive]
+    openers = [p for p in holding_open(path) if p != os.getpid()]
+    foreign = [p for p in alive + openers
+               if os.path.exists(f'/proc/{p}') and os.stat(f'/proc/{p}').st_uid != os.geteuid()]
+    if foreign:
+        raise Unsafe(f'the grader\'s lock {path} is held by {described(foreign[0])}, not a '
+                     f'grader: end it (kill {foreign[0]}) and grade again')
+    if alive:
+        return (f'waiting for the dataset check\'s lock ({path}): {described(alive[0])}, another '
+                'grader of this machine, is running a probe (probes run one at a time)')
+    if ended:
+        return (f'waiting for the dataset check\'s lock ({path}): its holder, pid {ended[0]}, '
+                'has ended, but ' + (', '.join(described(p) for p in openers) or
+                                     'a process it started') + ' still holds it open')
+    return f'waiting for the dataset check\'s lock ({path}), held by another grader'
 
 
 def _limits():
@@ -518,16 +721,232 @@ class Watchdog(threading.Thread):
 
     def stop(self):
         self.done.set()
-        self.join(timeout=10)
+        if self.ident is not None:  # (started)
+            self.join(timeout=10)
 
 
-def popen_as(user, argv, cwd, env, stdout, more_limits=None):
-    """argv started as `user`, with _limits (and `more_limits`), in a session of its own."""
-    def limits():
+def pss(pids):
+    """Bytes of memory the processes `pids` hold, each page shared among n of them counted 1/n
+    (proportional set size: forked children sharing torch's pages are not counted n times)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f'/proc/{pid}/smaps_rollup') as f:
+                total += next(int(line.split()[1]) for line in f if line.startswith('Pss:')) << 10
+        except (OSError, StopIteration, ValueError, IndexError):
+            continue
+    return total
+
+
+class MemoryWatch(Watchdog):
+    """Ends the run when its memory passed `cap` (a MemoryCap), looked at every 0.05 s: in a
+    cgroup, once the kernel has killed a process of it for the cap (a survivor would wait on);
+    else when the processes `pids()` names hold more than the cap together (a process that
+    allocates as fast as memory takes it passes the cap by at most what it writes in that time;
+    each process alone is held to the cap by its own RLIMIT_AS)."""
+
+    def __init__(self, pids, cap, kill, every=0.05):
+        super().__init__(None, kill, every)
+        self.pids, self.cap = pids, cap
+
+    def run(self):
+        while not self.done.wait(self.every):
+            if self.cap.oom_killed() if self.cap.path is not None else \
+                    pss(self.pids()) > self.cap.limit:
+                self.why = memory_why(self.cap.limit)
+                self.kill()
+                return
+
+
+def memory_why(limit):
+    return (f'used more than {(limit - BASE_MEMORY) >> 20} MiB of memory (all its processes '
+            f'together, beyond the {BASE_MEMORY >> 20} MiB the interpreter and torch are given)')
+
+
+BASE_MEMORY = 512 << 20  # the probe's interpreter with torch imported (about 220 MiB resident)
+
+
+def _write(path, text):
+    with open(path, 'w') as f:
+        f.write(text)
+
+
+def _read(path):
+    with open(path) as f:
+        return f.read()
+
+
+class MemoryCap:
+    """The memory of a probe's whole tree held to `limit` bytes by the kernel: a cgroup of its
+    own (cgroup v2's memory controller, else v1's memory hierarchy), which the probe's first
+    process joins before its exec (`join`), so that all it starts is in it; past the cap the
+    kernel kills in it (`oom_killed` says so). `path` None where the grader may make no cgroup
+    (not root, or a container's read-only /sys/fs/cgroup): MemoryWatch then sums the tree.
+    Cgroups a killed grader left (its pid in their name) are removed on the way in."""
+
+    ROOTS = ('/sys/fs/cgroup', '/sys/fs/cgroup/unified', '/sys/fs/cgroup/memory')
+    made = itertools.count()
+
+    def __init__(self, limit):
+        self.limit, self.path = limit, None
+
+    def __enter__(self):
+        name = f'a5probe-{os.getpid()}-{next(MemoryCap.made)}'
+        for root in self.ROOTS:
+            try:
+                self.path = self._make(root, name)
+            except OSError:
+                self.path = None
+            if self.path is not None:
+                self._sweep(root)
+                break
+        return self
+
+    def _make(self, root, name):
+        if os.path.exists(os.path.join(root, 'cgroup.controllers')):  # v2
+            if 'memory' not in _read(os.path.join(root, 'cgroup.controllers')).split():
+                return None
+            control = os.path.join(root, 'cgroup.subtree_control')
+            if 'memory' not in _read(control).split():
+                _write(control, '+memory')
+            files = {'memory.max': self.limit, 'memory.swap.max': 0, 'memory.oom.group': 1}
+        elif os.path.exists(os.path.join(root, 'memory.limit_in_bytes')):  # v1
+            files = {'memory.limit_in_bytes': self.limit, 'memory.memsw.limit_in_bytes': self.limit}
+        else:
+            return None
+        path = os.path.join(root, name)
+        os.mkdir(path, 0o700)
+        try:
+            for i, (key, value) in enumerate(files.items()):
+                if i == 0 or os.path.exists(os.path.join(path, key)):
+                    with contextlib.suppress(OSError) if i else contextlib.nullcontext():
+                        _write(os.path.join(path, key), str(value))
+        except OSError:
+            os.rmdir(path)
+            raise
+        return path
+
+    @staticmethod
+    def _sweep(root):
+        """Remove the cgroups of graders that have ended."""
+        with contextlib.suppress(OSError):
+            for name in os.listdir(root):
+                parts = name.split('-')
+                if len(parts) == 3 and parts[0] == 'a5probe' and parts[1].isdigit() and \
+                        not os.path.exists(f'/proc/{parts[1]}'):
+                    MemoryCap.remove(os.path.join(root, name))
+
+    def join(self):
+        """In the probe's first process, before its exec: into the cgroup."""
+        if self.path is not None:
+            _write(os.path.join(self.path, 'cgroup.procs'), str(os.getpid()))
+
+    def oom_killed(self):
+        """Whether the kernel killed a process of the cgroup for passing the cap."""
+        if self.path is None:
+            return False
+        for name in ('memory.events', 'memory.oom_control'):
+            with contextlib.suppress(OSError, ValueError):
+                for line in _read(os.path.join(self.path, name)).splitlines():
+                    if line.startswith('oom_kill ') and int(line.split()[1]) > 0:
+                        return True
+        return False  # (a kernel before 4.13 counts none: "killed (out of memory?)" then)
+
+    def __exit__(self, *exc):
+        if self.path is not None:
+            MemoryCap.remove(self.path)
+
+    @staticmethod
+    def remove(path):
+        """Kill every process in the cgroup `path` until none is left, then remove it."""
+        for _ in range(100):
+            try:
+                pids = [int(p) for p in _read(os.path.join(path, 'cgroup.procs')).split()]
+            except (OSError, ValueError):
+                return
+            if not pids:
+                break
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.02)
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
+
+
+PR_SET_PDEATHSIG = 1
+# pid 1 of the probe's namespace: /dev/shm a tmpfs of the disk cap (the machine's is memory no
+# cap counts), then the probe as its child, not exec'd (the kernel ignores SIGXCPU and
+# SIGXFSZ sent to a namespace's pid 1); its exit status 128 + a signal that ended the probe
+NAMESPACE_INIT = ('if [ -d /dev/shm ]; then mount -t tmpfs -o size={size},mode=1777,nosuid,nodev '
+                  'tmpfs /dev/shm || exit 125; fi; "$@"; exit $?')
+
+
+def namespaced(user, argv):
+    """argv run as `user` in a PID, mount and network namespace of its own (util-linux's unshare
+    and setpriv): no network, not even loopback; /proc shows its own processes only (other graders' command lines name their
+    submissions), everything in it ends with its first process, which ends with the grader
+    (--kill-child; setpriv's --pdeathsig ends the probe with its parent)."""
+    return ['unshare', '--pid', '--net', '--fork', '--mount-proc', '--kill-child', '--',
+            '/bin/sh', '-c', NAMESPACE_INIT.format(size=DISK_CAP), 'sh', 'setpriv', f'--reuid={user.pw_uid}',
+            f'--regid={user.pw_gid}', '--clear-groups', '--pdeathsig', 'KILL', '--', *argv]
+
+
+@functools.lru_cache(maxsize=None)
+def pid_namespace():
+    """Whether namespaced() runs here (root, util-linux, a kernel that allows namespaces)."""
+    if os.geteuid() != 0 or not (shutil.which('unshare') and shutil.which('setpriv')):
+        return False
+    user = account()
+    if user is None:
+        return False
+    try:
+        return subprocess.run(namespaced(user, ['/bin/true']), stdin=subprocess.DEVNULL,
+                              capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def proc_hidden():
+    """How /proc hides other processes from the probe: 'a PID namespace of its own', '/proc
+    mounted with hidepid', or None (every process's command line is readable)."""
+    if pid_namespace():
+        return 'a PID namespace of its own'
+    try:
+        with open('/proc/self/mountinfo') as f:
+            for line in f:
+                fields = line.split()
+                if fields[4] == '/proc' and any(o in fields[-1].split(',') for o in (
+                        'hidepid=2', 'hidepid=invisible', 'hidepid=4', 'hidepid=ptraceable')):
+                    return '/proc mounted with hidepid'
+    except (OSError, IndexError):
+        pass
+    return None
+
+
+def parent_death():
+    """This process killed when the thread that started it ends (prctl PR_SET_PDEATHSIG)."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def popen_as(user, argv, cwd, env, stdout, more_limits=None, cap=None):
+    """argv started as `user`, with _limits (and `more_limits`), in a session of its own and in
+    `cap`'s cgroup: in a PID and mount namespace of its own where one can be had (namespaced),
+    else a plain child of the grader, killed when the grader ends (the next grader ends what it
+    started: end_leftovers). Returns (the Popen, whether it is namespaced)."""
+    inside = pid_namespace()
+
+    def child():  # as root, between the fork and the exec
+        if cap is not None:
+            cap.join()
         _limits()
         if more_limits is not None:
             more_limits()
-    return subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=stdout,
-                            stderr=subprocess.DEVNULL, start_new_session=True,
-                            user=user.pw_uid, group=user.pw_gid, extra_groups=[],
-                            preexec_fn=limits)
+        if not inside:
+            os.setgroups([])
+            os.setgid(user.pw_gid)
+            os.setuid(user.pw_uid)
+        parent_death()  # (after the change of user, which clears it)
+    return subprocess.Popen(namespaced(user, argv) if inside else argv, cwd=cwd, env=env,
+                            stdin=subprocess.DEVNULL, stdout=stdout, stderr=subprocess.DEVNULL,
+                            start_new_session=True, preexec_fn=child), inside

@@ -94,7 +94,7 @@ def write(points, out, preset, model, command):
 
 
 def main():
-    ap = OneLineParser(prog='python scripts/budget_curve.py', description=__doc__.split('\n')[0])
+    ap = OneLineParser(prog='python scripts/budget_curve.py', description=' '.join(__doc__.split('\n\n')[0].split()))
     ap.add_argument('--budgets', type=float, nargs='+', required=True, metavar='MINUTES')
     ap.add_argument('--preset', default='cpu-rehearsal', choices=sorted(PRESETS))
     ap.add_argument('--model', default='vanilla', choices=[m for m, v in run_all.MODELS.items() if v[2]])

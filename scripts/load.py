@@ -49,7 +49,7 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     command = argv[argv.index('--') + 1:] if '--' in argv else []
     own = argv[:argv.index('--')] if '--' in argv else argv
-    ap = argparse.ArgumentParser(prog='python scripts/load.py', description=__doc__.split('\n')[0])
+    ap = argparse.ArgumentParser(prog='python scripts/load.py', description=' '.join(__doc__.split('\n\n')[0].split()))
     ap.add_argument('load', choices=sorted(LOADS))
     ap.add_argument('--seconds', type=float, default=None,
                     help='how long the load alone runs (without a command: until Ctrl-C)')

@@ -526,8 +526,17 @@ def printing(team):
     return Printing.installed()
 
 
+def missing_folders(path):
+    """The folders os.makedirs(path) would make, deepest first."""
+    missing = []
+    while path and not os.path.exists(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    return missing
+
+
 def main():
-    ap = OneLineParser(prog='python scripts/run_all.py', description=__doc__.split('\n')[0])
+    ap = OneLineParser(prog='python scripts/run_all.py', description=' '.join(__doc__.split('\n\n')[0].split()))
     ap.add_argument('--preset', default='handout', choices=sorted(PRESETS))
     ap.add_argument('--out', default=None, help='output folder (default runs/all-<preset>)')
     ap.add_argument('--models', nargs='+', choices=list(MODELS), default=DEFAULT_MODELS)
@@ -561,12 +570,15 @@ def main():
     problem = out_folder_problem(out)
     if problem is not None:
         ap.error(f'argument --out {out}: {problem}')
+    made = missing_folders(out)
     os.makedirs(out, exist_ok=True)
     team = None  # --one_process: the steps' team, on the device the flags choose
     if args.one_process and not args.report_only:
         try:
             team = one_process(flags, out)
         except UsageError as e:  # (--device cuda without a GPU: once here, not at every step)
+            for folder in made:  # a refused run leaves no folder of its own behind
+                os.rmdir(folder)
             ap.error(f'argument --one_process: {e}')
     timing_file = os.path.join(out, 'timings.json')
     timings = load_timings(timing_file)

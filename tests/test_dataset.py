@@ -379,7 +379,7 @@ def test_the_checkout_sets_its_edition_once(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv(presets.EDITION_ENV, raising=False)
     assert presets.edition_source() == ('2021-23', 'the default')
     # nobody chose: a command says which edition it follows and the one command that sets it
-    note = presets.unchosen_note(presets.edition_source(variant='vanilla')[1])
+    note = presets.edition_note(*presets.edition_source(variant='vanilla'))
     assert '2021-23 edition (the default' in note and \
         'python src/engine/presets.py --edition 2024-25' in note
     presets.main(['--edition', '2024-25'])
@@ -389,8 +389,11 @@ def test_the_checkout_sets_its_edition_once(tmp_path, monkeypatch, capsys):
     x, y = dataset.CharCorruptionDataset('Ada Brook was born in London.\n' * 3, 128)[0]
     assert len(x) == len(y) == 128
     assert presets.edition(variant='synthesizer') == '2021-23'  # a variant of one edition
-    for chosen in ((None, None), (None, 'rope'), ('2021-23', 'vanilla')):  # nothing more to say
-        assert presets.unchosen_note(presets.edition_source(*chosen)[1]) is None, chosen
+    for chosen, why in (((None, None), 'src/edition.txt'), ((None, 'rope'), 'the rope variant'),
+                        (('2021-23', 'vanilla'), '--edition')):  # switched: says so, and why
+        note = presets.edition_note(*presets.edition_source(*chosen))
+        assert note.startswith(f'note: this command follows the {presets.edition(*chosen)} '
+                               'edition (chosen by ') and why in note, (chosen, note)
     monkeypatch.setenv(presets.EDITION_ENV, '2021-23')  # the environment over the checkout
     assert presets.edition_source(variant='vanilla') == ('2021-23', presets.EDITION_ENV)
     assert presets.edition('2024-25', 'vanilla') == '2024-25'  # --edition over everything

@@ -1,5 +1,5 @@
-"""Every command a page shows works as typed. The pages: README.md, docs/*.md and the grader's
-scripts/grading/README.md; the commands: each line of their fenced shell blocks (continuations
+"""Every command a page shows works as typed. The pages: README.md, docs/*.md, results/*.md and
+the grader's scripts/grading/README.md; the commands: each line of their fenced shell blocks (continuations
 joined) and each inline `python src/...`, `python scripts/...` or `bash ...` span.
 
 - Every command names a script that is there, flags that script takes (read from its --help,
@@ -23,8 +23,8 @@ import pytest
 from conftest import REPO
 
 PAGES = ['README.md', 'scripts/grading/README.md'] + sorted(
-    os.path.join('docs', name) for name in os.listdir(os.path.join(REPO, 'docs'))
-    if name.endswith('.md'))
+    os.path.join(folder, name) for folder in ('docs', 'results')
+    for name in os.listdir(os.path.join(REPO, folder)) if name.endswith('.md'))
 FENCE = re.compile(r'^```(bash|sh|shell)\n(.*?)^```', re.S | re.M)
 INLINE = re.compile(r'`((?:python|bash|torchrun) [^`]+)`')
 # words a page writes in a command's place for what the reader fills in, or a part left out
@@ -159,6 +159,7 @@ QUICK = [
     ('no pretraining, one epoch', r'python src/run\.py (finetune|evaluate) vanilla .*vanilla\.model\.params',
      'one epoch'),
     ('a sample submission graded', r'python scripts/grading/(sample_submission|grade)\.py ', None),
+    ('the autograder built', r'python scripts/grading/gradescope\.py build --out \S+$', None),
     # (last: before it, nobody has chosen the clone's edition, and the commands say so)
     ('the edition switch and back', r'python src/engine/presets\.py --edition \S+$', None),
 ]
@@ -227,3 +228,30 @@ def test_the_quick_commands_run_as_typed_in_a_fresh_clone(fresh, tmp_path):
     status = subprocess.run(['git', 'status', '--porcelain'], cwd=clone, capture_output=True,
                             text=True).stdout
     assert status == '', f'the commands left files git does not ignore:\n{status}'
+
+
+def scripts_with_help():
+    """The Python scripts whose argparse description is drawn from their docstring or typed."""
+    found = []
+    for top in ('src', 'scripts'):
+        for folder, _, names in os.walk(os.path.join(REPO, top)):
+            for name in names:
+                path = os.path.join(folder, name)
+                if name.endswith('.py'):
+                    with open(path, encoding='utf-8') as f:
+                        if 'description=' in f.read():
+                            found.append(os.path.relpath(path, REPO))
+    return sorted(found)
+
+
+@pytest.mark.parametrize('script', scripts_with_help())
+def test_every_help_text_ends_its_sentence(script):
+    """`gradescope.py --help` and `sample_submission.py --help` stopped mid-sentence ("... and
+    the"): their description was the docstring's first line. Each description is now a whole
+    paragraph, ending as a sentence does."""
+    out = subprocess.run([sys.executable, script, '--help'], cwd=REPO, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-500:]
+    description = out.stdout.split('\n\n')[1].strip()
+    assert not description.startswith(('options:', 'positional arguments:')), out.stdout
+    assert description.endswith(('.', ')', ':', '?')), description

@@ -262,11 +262,13 @@ def test_one_process_on_a_gpu_that_is_not_there_is_one_line(tmp_path):
     """The team's device is checked once, before any step (not a traceback, not one error per
     step): --device cuda on a machine without one."""
     proc = subprocess.run([sys.executable, os.path.join(REPO, 'scripts', 'run_all.py'),
-                           '--out', str(tmp_path / 'out'), '--side_by_side', '2', '--one_process',
-                           '--', '--device', 'cuda'], capture_output=True, text=True)
+                           '--out', str(tmp_path / 'runs' / 'out'), '--side_by_side', '2',
+                           '--one_process', '--', '--device', 'cuda'], capture_output=True,
+                          text=True)
     assert proc.returncode == 2 and proc.stderr.count('\n') == 1, proc.stderr
     assert '--one_process' in proc.stderr and 'no CUDA device' in proc.stderr
-    assert os.listdir(tmp_path / 'out') == []  # (nothing run: not even the London baseline)
+    # nothing run, not even the London baseline, and no folder left that the run made
+    assert os.listdir(tmp_path) == []
 
 
 def test_the_epochs_a_budget_chose_are_read_from_run_py():

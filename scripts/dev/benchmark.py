@@ -244,7 +244,7 @@ def machine_kind(device):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap = argparse.ArgumentParser(description=' '.join(__doc__.split('\n\n')[0].split()))
     ap.add_argument('--device', default='cpu', choices=('cpu', 'cuda'))
     ap.add_argument('--steps', type=int, default=3,
                     help='timed steps per training measurement (the fast path\'s: at most one '

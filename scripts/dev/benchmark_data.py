@@ -78,7 +78,7 @@ def step_times(vocab, built, batch):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap = argparse.ArgumentParser(description=' '.join(__doc__.split('\n\n')[0].split()))
     ap.add_argument('--batches', type=int, default=50)
     ap.add_argument('--rounds', type=int, default=3)
     args = ap.parse_args()

@@ -160,7 +160,7 @@ def receive(data, workers, mode, count=40, pause=0.03):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p = argparse.ArgumentParser(description=' '.join(__doc__.split('\n\n')[0].split()))
     p.add_argument('--step_ms', type=float, default=2.0, help="the simulated device's step")
     p.add_argument('--launch_ms', type=float, default=0.2, help='CPU time a step takes to launch')
     p.add_argument('--epochs', type=int, default=20)

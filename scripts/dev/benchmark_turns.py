@@ -47,7 +47,7 @@ def handover_seconds(members, steps, device):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap = argparse.ArgumentParser(description=' '.join(__doc__.split('\n\n')[0].split()))
     ap.add_argument('--members', default='2,7', help='comma-separated numbers of members')
     ap.add_argument('--steps', type=int, default=3000, help='steps per member')
     ap.add_argument('--device', default='cpu', choices=['cpu', 'cuda'])

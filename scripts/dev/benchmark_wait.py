@@ -59,7 +59,7 @@ def throughput(corpus, folder, env_changes):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap = argparse.ArgumentParser(description=' '.join(__doc__.split('\n\n')[0].split()))
     ap.add_argument('--rounds', type=int, default=2)
     ap.add_argument('--lines', type=int, default=1344)
     ap.add_argument('--out', default=None, help='also write the report here (markdown)')

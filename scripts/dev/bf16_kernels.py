@@ -80,7 +80,7 @@ def write(path, rows, marks, header):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=' '.join(__doc__.split('\n\n')[0].split()))
     ap.add_argument('--device', default='cuda')
     ap.add_argument('--epochs', type=int, default=40)
     ap.add_argument('--marks', default='1,10,20,30,40', help='epochs whose loss the table shows')

@@ -104,7 +104,7 @@ def difference(a, b):
 
 
 def main():
-    ap = OneLineParser(prog='python scripts/dev/compare_commits.py', description=__doc__.split('\n')[0])
+    ap = OneLineParser(prog='python scripts/dev/compare_commits.py', description=' '.join(__doc__.split('\n\n')[0].split()))
     ap.add_argument('before', help='a commit')
     ap.add_argument('after', nargs='?', default=None, help='a commit (default: the working tree)')
     ap.add_argument('--preset', default='handout',

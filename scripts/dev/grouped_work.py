@@ -57,7 +57,7 @@ def flops(positions, pairs, model=presets.MODEL, vocab=256):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap = argparse.ArgumentParser(description=' '.join(__doc__.split('\n\n')[0].split()))
     ap.add_argument('--groups', type=int, nargs='+', default=[1, 2, 4, 8])
     ap.add_argument('--epochs', type=int, default=3)
     ap.add_argument('--stage', choices=('pretrain', 'finetune'), default='pretrain')

@@ -207,7 +207,7 @@ def report(rows, args, machine):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap = argparse.ArgumentParser(description=' '.join(__doc__.split('\n\n')[0].split()))
     ap.add_argument('--device', default='cuda', choices=('cpu', 'cuda'))
     ap.add_argument('--precision', default='fp32', help='comma-separated: fp32, tf32, bf16')
     ap.add_argument('--attention', default='default',

@@ -62,7 +62,7 @@ def prompt_of(kind, name, before):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap = argparse.ArgumentParser(description=' '.join(__doc__.split('\n\n')[0].split()))
     ap.add_argument('params')
     ap.add_argument('--variant', default='vanilla', 
                     choices=[v for v in model.VARIANTS if v != 'rope'])  # (rope not probed yet)

@@ -192,7 +192,7 @@ def write_result(out, result):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap = argparse.ArgumentParser(description=' '.join(__doc__.split('\n\n')[0].split()))
     ap.add_argument('--views', default='suffix', help='comma-separated: line, suffix, drop, born, bornplain, bornshort, borndrop')
     ap.add_argument('--question_share', type=float, default=0.25)
     ap.add_argument('--lead_share', type=float, default=0.5,

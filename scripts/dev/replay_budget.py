@@ -82,7 +82,7 @@ def replay(times, budget, after, first_plan, start=10.0):
 
 
 def main():
-    ap = OneLineParser(description=__doc__.split('\n')[0])
+    ap = OneLineParser(description=' '.join(__doc__.split('\n\n')[0].split()))
     ap.add_argument('runs', nargs='*',
                     help='run.json files (default: results/cpu-20min/epoch_times.json)')
     ap.add_argument('--setup', type=float, default=70.0, help='seconds before pretraining starts')

@@ -48,7 +48,7 @@ def hashed(counter):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser = argparse.ArgumentParser(description=' '.join(__doc__.split('\n\n')[0].split()))
     parser.add_argument('public_src', help='the public starter\'s src/ folder')
     parser.add_argument('--source', required=True, help='where it is from, for the record')
     parser.add_argument('--student', action='append', default=[], metavar='FILE:FIRST-LAST',

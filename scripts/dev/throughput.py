@@ -118,7 +118,7 @@ def as_processes(n, seconds, device, precision, compile_, lines=None, batch=None
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap = argparse.ArgumentParser(description=' '.join(__doc__.split('\n\n')[0].split()))
     ap.add_argument('--device', default='cuda', choices=('cpu', 'cuda'))
     ap.add_argument('--models', type=int, nargs='+', default=[1, 2, 3, 5])
     ap.add_argument('--way', nargs='+', choices=('threads', 'processes'),

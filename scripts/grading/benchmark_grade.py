@@ -30,7 +30,7 @@ import submission  # noqa: E402
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap = argparse.ArgumentParser(description=' '.join(__doc__.split('\n\n')[0].split()))
     ap.add_argument('--handout', action='append', choices=sorted(submission.HANDOUTS))
     ap.add_argument('--repeat', type=int, default=2)
     ap.add_argument('--class_size', type=int, default=0, help='also grade a class of this many')

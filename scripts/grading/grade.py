@@ -645,7 +645,7 @@ def write_text(path, text):
 
 
 def parse_args(argv=None):
-    ap = common.OneLineParser(prog='python scripts/grading/grade.py', description=__doc__.split('\n')[0])
+    ap = common.OneLineParser(prog='python scripts/grading/grade.py', description=' '.join(__doc__.split('\n\n')[0].split()))
     ap.add_argument('submissions', nargs='+', metavar='SUBMISSION',
                     help='a submission zip, an unzipped submission folder, or a folder of zips')
     submission.add_handout_flag(ap, 'grade as synthesizer (2021-22), perceiver (2022-23) or rope '

@@ -200,7 +200,7 @@ def build(out, test_answers=None, rubric=RUBRIC, allow_unsandboxed=False, data_d
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog='python scripts/grading/gradescope.py',
-                                 description=__doc__.split('\n')[0])
+                                 description=' '.join(__doc__.split('\n\n')[0].split()))
     sub = ap.add_subparsers(dest='command', required=True)
     b = sub.add_parser('build', help='build the autograder zip to upload to Gradescope')
     b.add_argument('--out', default='autograder.zip')

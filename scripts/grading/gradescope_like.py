@@ -207,7 +207,7 @@ def build_autograder(out):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog='python scripts/grading/gradescope_like.py',
-                                 description=__doc__.split('\n')[0])
+                                 description=' '.join(__doc__.split('\n\n')[0].split()))
     ap.add_argument('submission', help='what a student uploads: a zip or a folder')
     ap.add_argument('--autograder', default=None,
                     help='the autograder zip (default: gradescope.py build, from data/)')

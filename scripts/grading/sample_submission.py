@@ -85,7 +85,7 @@ def build(out, handout, data):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap = argparse.ArgumentParser(description=' '.join(__doc__.split('\n\n')[0].split()))
     ap.add_argument('--handout', choices=sorted(submission.HANDOUTS), default='synthesizer')
     ap.add_argument('--out', required=True)
     ap.add_argument('--dev', type=int, default=None, help='dev questions (default: all 500)')

@@ -143,7 +143,7 @@ def judge(text, folder, name, handout='synthesizer', draws=None, seed=0, also=()
 def main(argv=None):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import spec_check
-    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap = argparse.ArgumentParser(description=' '.join(__doc__.split('\n\n')[0].split()))
     ap.add_argument('--draws', type=int, default=spec_check.DEFAULTS['draws'])
     ap.add_argument('--seed', type=int, default=spec_check.DEFAULTS['seed'])
     args = ap.parse_args(argv)

@@ -5,6 +5,7 @@ The engine's shared pieces (not the handout's): bad input as one clear error lin
 save_state_dict), the tensorboard writer made at the first scalar, the params' key/shape
 comparison and the checkout's commit."""
 import argparse
+import errno
 import os
 import subprocess
 import tempfile
@@ -61,14 +62,26 @@ def atomic_write(path, write):
         raise WriteFailed(f'cannot write {given}: {e.strerror or e} (nothing replaced: '
                           'what was there is as it was)') from e
     except RuntimeError as e:
-        if 'writ' not in str(e).lower():  # ("file write failed", "failed writing")
+        # torch's writer words a full disk many ways ("file write failed", "unexpected pos",
+        # "iostream error"): the file system says whether that is what happened
+        if not disk_full(folder):
             raise
-        raise WriteFailed(f'cannot write {given}: {str(e).splitlines()[0][:160]} (nothing '
+        raise WriteFailed(f'cannot write {given}: {os.strerror(errno.ENOSPC)} (nothing '
                           'replaced: what was there is as it was)') from e
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
         os.rmdir(folder)
+
+
+def disk_full(folder, room=1 << 20):
+    """Whether the file system of `folder` has less than `room` bytes left for this user (a
+    writer that failed there ran out of space, whatever its error says)."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < room
 
 
 class LazyWriter:

@@ -140,9 +140,7 @@ def edition_wiki(name='wiki.txt'):
     except (UsageError, OSError, UnicodeDecodeError) as e:
         print(f'error: {e}', file=sys.stderr)
         sys.exit(2)
-    note = presets.unchosen_note(where)
-    if note is not None:
-        print(note, file=sys.stderr)
+    print(presets.edition_note(edition, where), file=sys.stderr)
     return as_edition(text, edition)
 
 

@@ -114,14 +114,18 @@ def edition_source(name=None, variant=None):
     return name, where
 
 
-def unchosen_note(where):
-    """The line (for stderr) a command prints where nobody chose its edition, else None: a
-    2024-25 student in a checkout never set would otherwise get 2021-23's lengths unawares."""
-    if where != 'the default':
-        return None
-    return (f'note: this command follows the {DEFAULT_EDITION} edition (the default: the synthesizer and '
-            'perceiver handouts); RoPE-edition (2024-25) students set theirs once: '
-            'python src/engine/presets.py --edition 2024-25')
+def edition_note(name, where):
+    """The one line (for stderr) a command prints as its work starts: the edition it follows and
+    what chose it (edition_source). Unchosen, a 2024-25 student would otherwise get 2021-23's
+    lengths unawares; a checkout switched to 2024-25 says so as plainly."""
+    if where == 'the default':
+        return (f'note: this command follows the {DEFAULT_EDITION} edition (the default: the '
+                'synthesizer and perceiver handouts); RoPE-edition (2024-25) students set theirs '
+                'once: python src/engine/presets.py --edition 2024-25')
+    if where == EDITION_FILE:
+        where = ('this checkout\'s setting, src/edition.txt (python src/engine/presets.py '
+                 '--edition NAME changes it)')
+    return f'note: this command follows the {name} edition (chosen by {where})'
 
 
 def edition(name=None, variant=None):

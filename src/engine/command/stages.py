@@ -60,11 +60,11 @@ def device(args):
 
 
 def say_edition(args):
-    """Where nobody chose the command's edition, say which it follows, as its work starts (on
-    stderr: stdout keeps the starter's printed lines; a bad input's error stays the one line)."""
-    note = presets.unchosen_note(args.edition_from)
-    if note is not None and distributed.rank() == 0:
-        print(note, file=sys.stderr, flush=True)
+    """Say which edition the command follows, as its work starts (on stderr: stdout keeps the
+    starter's printed lines; a bad input's error stays the one line). Training says it through
+    its config's notes, once its plan and resume have passed."""
+    if distributed.rank() == 0:
+        print(presets.edition_note(args.edition, args.edition_from), file=sys.stderr, flush=True)
 
 
 # the flags beyond the handout's that change what a run computes or draws (the others change
@@ -147,7 +147,6 @@ def training(args, function, data, tconf, device, writer, pretrain_dataset=None,
     if presets.recipe(args.preset):
         data, length = cpu_recipe.training_data(args, args.stage, vocab, data, length, questions)
     tconf = trainer_config(args, args.stage, tconf, length, device, writer)
-    say_edition(args)
     return data, tconf
 
 
@@ -196,7 +195,8 @@ def trainer_config(args, stage, tconf, schedule_length, device, writer=None):
         checkpoint_seconds=0 if device == 'cpu' else presets.GPU['checkpoint_seconds'],
         time_budget=None if budget is None else budget * 60, start_time=args.started,
         budget_may_grow=args.time_budget is None or args.time_budget_share,
-        budget_after=args.time_budget_after, smaller=args.smaller)
+        budget_after=args.time_budget_after, smaller=args.smaller,
+        notes=(presets.edition_note(args.edition, args.edition_from),))
     tconf = type(tconf)(**values)
     if tconf.precision == 'bf16' and device.startswith('cuda') and distributed.rank() == 0:
         print('note: --precision bf16 on a GPU attends with the flash kernel: under bf16 the '

@@ -2,15 +2,30 @@
 
 What a run attaches to the handout's loop at its named points, in the order they act there. The
 machine is measured before the Trainer exists (plan.py); during training only the re-plan acts
-(the threads at the load, the epochs at the pace) and resume, and an epoch's re-plan comes
+(the threads at the load, the epochs at the pace), resume and the notes, and an epoch's re-plan comes
 before the checkpoint that saves it; the epochs' clock comes next, and last, a command beside
 others in its process hands on its turn (turns.py)."""
+import sys
+
 from engine.machine.budget import TimeBudget, budgeted
 from engine.training.checkpoint import Resumable
 from engine.machine.cpu_load import FollowLoad, SawLoad
 from engine.machine.plan import follows
 from engine.training.progress import EpochClock
 from engine.training import turns
+
+
+class Notes:
+    """Says the config's notes on stderr as training starts: after the plan and a resume, either
+    of which may refuse the run in one error line, which the notes would otherwise precede."""
+
+    def __init__(self, notes):
+        self.notes = notes
+
+    def on_train_start(self, run):
+        if run.rank == 0:
+            for line in self.notes:
+                print(line, file=sys.stderr, flush=True)
 
 
 def for_run(run):
@@ -25,6 +40,8 @@ def for_run(run):
         extras.append(TimeBudget(run.clock))
     if config.resume_path is not None:
         extras.append(Resumable())
+    if config.notes:
+        extras.append(Notes(config.notes))
     extras.append(EpochClock(run.clock))
     member = turns.current()
     if member is not None:  # beside other commands in this process: its turn ends

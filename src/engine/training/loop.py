@@ -53,6 +53,9 @@ class Settings:
     resume_path, resume, checkpoint_every, checkpoint_seconds = None, False, 0, 0
     time_budget, start_time, budget_may_grow, budget_after = None, None, False, 0
     follow_load, under_load, smaller = False, None, None
+    # lines for stderr once the run's checks are passed, as its first step begins (the edition
+    # it follows: a refused run's error stays its only line)
+    notes = ()
 
 
 def lr_multiplier(tokens, plan):

@@ -782,7 +782,9 @@ class MemoryCap:
     process joins before its exec (`join`), so that all it starts is in it; past the cap the
     kernel kills in it (`oom_killed` says so). `path` None where the grader may make no cgroup
     (not root, or a container's read-only /sys/fs/cgroup): MemoryWatch then sums the tree.
-    Cgroups a killed grader left (its pid in their name) are removed on the way in."""
+    The cgroup is made inside the grader's own, so that the limits the grader runs under (a
+    container's, a service's) hold its probe too. Cgroups a killed grader left (its pid in their
+    name) are removed on the way in."""
 
     ROOTS = ('/sys/fs/cgroup', '/sys/fs/cgroup/unified', '/sys/fs/cgroup/memory')
     made = itertools.count()
@@ -798,23 +800,43 @@ class MemoryCap:
             except OSError:
                 self.path = None
             if self.path is not None:
-                self._sweep(root)
+                self._sweep(os.path.dirname(self.path))
                 break
         return self
 
+    @staticmethod
+    def own(root):
+        """The folder of this process's own cgroup in the hierarchy mounted at `root` (v2's, or
+        v1's memory one), from /proc/self/cgroup; None where it is not there."""
+        version2 = os.path.exists(os.path.join(root, 'cgroup.controllers'))
+        with open('/proc/self/cgroup') as f:
+            for line in f:
+                number, controllers, path = line.rstrip('\n').split(':', 2)
+                if (number == '0' and controllers == '') if version2 else \
+                        'memory' in controllers.split(','):
+                    folder = os.path.join(root, path.lstrip('/'))
+                    return folder if os.path.isdir(folder) else None
+        return None
+
     def _make(self, root, name):
+        parent = self.own(root)
+        if parent is None:
+            return None
         if os.path.exists(os.path.join(root, 'cgroup.controllers')):  # v2
-            if 'memory' not in _read(os.path.join(root, 'cgroup.controllers')).split():
-                return None
-            control = os.path.join(root, 'cgroup.subtree_control')
+            control = os.path.join(parent, 'cgroup.subtree_control')
             if 'memory' not in _read(control).split():
+                # (a cgroup that holds processes may hand its controllers to children only at
+                # the root: elsewhere the memory controller must have been handed down already)
+                if os.path.realpath(parent) != os.path.realpath(root) or \
+                        'memory' not in _read(os.path.join(root, 'cgroup.controllers')).split():
+                    return None
                 _write(control, '+memory')
             files = {'memory.max': self.limit, 'memory.swap.max': 0, 'memory.oom.group': 1}
         elif os.path.exists(os.path.join(root, 'memory.limit_in_bytes')):  # v1
             files = {'memory.limit_in_bytes': self.limit, 'memory.memsw.limit_in_bytes': self.limit}
         else:
             return None
-        path = os.path.join(root, name)
+        path = os.path.join(parent, name)
         os.mkdir(path, 0o700)
         try:
             for i, (key, value) in enumerate(files.items()):

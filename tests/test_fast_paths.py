@@ -598,7 +598,7 @@ def checked_args(extra, monkeypatch, tmp_path, device='cuda', world_size='1', bf
     processes."""
     import run
     from engine import devices
-    from engine.command import flags, records, stages
+    from engine.command import flags
     from tiny_run import CORPUS
     (tmp_path / 'wiki.txt').write_text(CORPUS, encoding='utf-8')
     monkeypatch.chdir(tmp_path)
@@ -719,7 +719,7 @@ def test_a_run_says_once_what_makes_it_other_than_the_handouts(extra, device, en
     change anything against the handout's run of the edition: a preset, the flags typed that
     change what is computed, a GPU's defaults (other random draws), the environment variables
     that change the numbers; the handout's own run prints nothing more than the starter."""
-    from engine.command import flags, records, stages
+    from engine.command import stages
     for name in stages.NUMBERS_ENV + ('CS224N_EDITION',):
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
@@ -887,7 +887,7 @@ def test_fp16_is_the_default_on_a_gpu_without_bf16_and_refuses_cuda_graphs(monke
     predictions are the handout's), the compile default is eager steps (fp16's loss scaler reads
     back each step), the settings line says so; --compile graphs with fp16 is one error."""
     from engine import common, devices
-    from engine.command import flags, records, stages
+    from engine.command import records, stages
     # a T4 (compute capability 7.5): torch counts its slow emulation of bf16 unless told not to
     monkeypatch.setattr(torch.cuda, 'is_bf16_supported',
                         lambda including_emulation=True: including_emulation)

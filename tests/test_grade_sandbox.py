@@ -182,7 +182,6 @@ def test_a_report_the_submission_writes_itself_is_its_failure(tmp_path, forgery)
     """A dataset.py that cannot even build its class writes a report of correct draws (taken
     from a correct dataset) on the probe's descriptor and exits: every property fails, with the
     reason (before, two draws gave 10/10)."""
-    import json
     request, _, _ = spec_check.request_for(draws=spec_check.MIN_DRAWS)
     report = real_report(request)
     assert spec_check.report_problem(report, request) is None  # the honest report passes

@@ -33,7 +33,6 @@ The 2021-22 and 2022-23 starters name the model's module `model`, the 2024-25 on
 run.py is written with `models` and the others get `model`. Every file written is checked to
 compile, and none imports the engine.
 """
-import argparse
 import ast
 import collections
 import hashlib

@@ -147,7 +147,7 @@ def main(argv=None):
     ap.add_argument('--draws', type=int, default=spec_check.DEFAULTS['draws'])
     ap.add_argument('--seed', type=int, default=spec_check.DEFAULTS['seed'])
     args = ap.parse_args(argv)
-    print(f'| masked length (t: truncated length) | expected | verdict | mean gap | interval |')
+    print('| masked length (t: truncated length) | expected | verdict | mean gap | interval |')
     print('|---|---|---|---|---|')
     with tempfile.TemporaryDirectory() as folder:
         for expected, cases in (('pass', PASSING), ('fail', FAILING)):

@@ -233,22 +233,33 @@ def test_a_malformed_report_is_named_not_a_grader_error(change):
     assert spec_check.report_problem(report, request) is not None
 
 
-# ---- the user sandbox: what another user may not do ---------------------------------------------
-
-@needs_user
-def test_the_user_cannot_read_what_the_grader_hides_and_the_modes_come_back(tmp_path):
-    """The held-out answers and their folder, made unreadable by the grader itself for the run
-    (whatever modes they were unpacked with: 0644 and 0755 here), back as they were after."""
-    shared = tempfile.mkdtemp(prefix='a5-test-')  # (pytest's own folders are closed to others)
+@pytest.fixture
+def shared_folder():
+    """(A folder open to other users, its data/ folder): 0755 both, under the system's temporary
+    folder (pytest's own folders are closed to others, the probe's user among them); removed
+    after the test."""
+    shared = tempfile.mkdtemp(prefix='a5-test-')
     try:
         os.chmod(shared, 0o755)
         data = os.path.join(shared, 'data')
         os.mkdir(data, 0o755)
-        answers = os.path.join(data, 'birth_test_answers.tsv')
-        with open(answers, 'w') as f:
-            f.write('Who?\tParis\n')
-        os.chmod(answers, 0o644)
-        code = f'''import os
+        yield shared, data
+    finally:
+        shutil.rmtree(shared)
+
+
+# ---- the user sandbox: what another user may not do ---------------------------------------------
+
+@needs_user
+def test_the_user_cannot_read_what_the_grader_hides_and_the_modes_come_back(tmp_path, shared_folder):
+    """The held-out answers and their folder, made unreadable by the grader itself for the run
+    (whatever modes they were unpacked with: 0644 and 0755 here), back as they were after."""
+    shared, data = shared_folder
+    answers = os.path.join(data, 'birth_test_answers.tsv')
+    with open(answers, 'w') as f:
+        f.write('Who?\tParis\n')
+    os.chmod(answers, 0o644)
+    code = f'''import os
 SEEN = []
 for path in [{answers!r}, {data!r}]:
     try:
@@ -256,15 +267,13 @@ for path in [{answers!r}, {data!r}]:
         SEEN.append('read')
     except OSError as e:
         SEEN.append(type(e).__name__)'''
-        assert eval(seen(tmp_path, code, 'user', hidden=[data, answers])) == \
-            ['PermissionError', 'PermissionError']
-        assert os.stat(answers).st_mode & 0o777 == 0o644
-        assert os.stat(data).st_mode & 0o777 == 0o755
-        # unhidden, the same user reads them: the test can fail
-        (tmp_path / 'again').mkdir()
-        assert eval(seen(tmp_path / 'again', code, 'user')) == ['read', 'read']
-    finally:
-        shutil.rmtree(shared)
+    assert eval(seen(tmp_path, code, 'user', hidden=[data, answers])) == \
+        ['PermissionError', 'PermissionError']
+    assert os.stat(answers).st_mode & 0o777 == 0o644
+    assert os.stat(data).st_mode & 0o777 == 0o755
+    # unhidden, the same user reads them: the test can fail
+    (tmp_path / 'again').mkdir()
+    assert eval(seen(tmp_path / 'again', code, 'user')) == ['read', 'read']
 
 
 @needs_user
@@ -307,6 +316,25 @@ def running(argument):
     return found
 
 
+# a dataset.py's start: a `sleep 120 MARK` detached from it (a new session, a double fork),
+# waited for until it runs (MARK: how the test finds it in /proc)
+DETACHED = '''import os, time
+r, w = os.pipe()
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.write(w, str(os.getpid()).encode())
+        os.execvp('sleep', ['sleep', '120', '{mark}'])
+    os._exit(0)
+os.wait()
+pid = os.read(r, 20).decode()
+for _ in range(500):
+    if open('/proc/' + pid + '/cmdline', 'rb').read().startswith(b'sleep'):
+        break
+    time.sleep(0.01)
+'''
+
+
 # the user sandbox in a PID namespace of its own (where the kernel allows one), and without (the
 # fallback of Gradescope's container, which refuses namespaces)
 NAMESPACES = [pytest.param(True, id='namespace'), pytest.param(False, id='no-namespace')]
@@ -337,21 +365,7 @@ print(subprocess.Popen(["sleep", "120", "0.1{mark}"], start_new_session=True, st
                                      check=True, cwd='/', capture_output=True, text=True).stdout)
     try:
         assert alive(outside_pid)
-        code = f'''import os, time
-r, w = os.pipe()
-if os.fork() == 0:
-    os.setsid()
-    if os.fork() == 0:
-        os.write(w, str(os.getpid()).encode())
-        os.execvp('sleep', ['sleep', '120', '0.2{mark}'])
-    os._exit(0)
-os.wait()
-pid = os.read(r, 20).decode()
-for _ in range(500):  # until the detached process is sleep
-    if open('/proc/' + pid + '/cmdline', 'rb').read().startswith(b'sleep'):
-        break
-    time.sleep(0.01)
-SEEN = "started"'''
+        code = DETACHED.format(mark=f'0.2{mark}') + 'SEEN = "started"'
         assert seen(tmp_path, code, 'user') == "'started'"
         assert running(f'0.2{mark}') == []
         assert alive(outside_pid)
@@ -699,7 +713,7 @@ def test_graders_meet_in_one_place_and_a_killed_graders_modes_come_back(tmp_path
 
 
 @needs_user
-def test_two_user_sandbox_graders_with_their_own_tmpdirs_take_turns(tmp_path):
+def test_two_user_sandbox_graders_with_their_own_tmpdirs_take_turns(tmp_path, shared_folder):
     """Two graders started together, each with its own TMPDIR: each probe runs alone as the
     user (it looks for another probe's mark and sleeps, so that the two would overlap),
     and every mode is as it was afterwards. Before, the lock lived in TMPDIR: the probes met, one
@@ -714,33 +728,27 @@ def others():
 SEEN = [others()]
 time.sleep(3)
 SEEN.append(others())'''
-    shared = tempfile.mkdtemp(prefix='a5-test-')
-    try:
-        os.chmod(shared, 0o755)
-        data = os.path.join(shared, 'data')
-        os.mkdir(data, 0o755)
-        runs = []
-        for name in ('one', 'two'):
-            work = os.path.join(shared, name)
-            os.makedirs(os.path.join(work, 'tmp'))
-            os.makedirs(os.path.join(work, 'src'))
-            with open(os.path.join(work, 'src', 'dataset.py'), 'w') as f:
-                f.write(code + '\nraise RuntimeError("seen " + repr(SEEN))\n')
-            script = f'''import sys
+    shared, data = shared_folder
+    runs = []
+    for name in ('one', 'two'):
+        work = os.path.join(shared, name)
+        os.makedirs(os.path.join(work, 'tmp'))
+        os.makedirs(os.path.join(work, 'src'))
+        with open(os.path.join(work, 'src', 'dataset.py'), 'w') as f:
+            f.write(code + '\nraise RuntimeError("seen " + repr(SEEN))\n')
+        script = f'''import sys
 sys.path.insert(0, {os.path.join(REPO, 'scripts', 'grading')!r})
 import spec_check
 request, _, _ = spec_check.request_for(draws=spec_check.MIN_DRAWS)
 report, why = spec_check.run_probe({os.path.join(work, 'src')!r}, {os.path.join(work, 'sandbox')!r},
-                                   request, 60, isolate='user', hidden=[{data!r}])
+                               request, 60, isolate='user', hidden=[{data!r}])
 print(why or report.get('error'))'''
-            runs.append(subprocess.Popen([sys.executable, '-c', script], stdout=subprocess.PIPE,
-                                         text=True, env=dict(os.environ, TMPDIR=os.path.join(work, 'tmp'))))
-        said = [run.communicate(timeout=180)[0] for run in runs]
-        for text in said:
-            assert 'seen [[], []]' in text, said
-        assert os.stat(data).st_mode & 0o777 == 0o755
-    finally:
-        shutil.rmtree(shared)
+        runs.append(subprocess.Popen([sys.executable, '-c', script], stdout=subprocess.PIPE,
+                                     text=True, env=dict(os.environ, TMPDIR=os.path.join(work, 'tmp'))))
+    said = [run.communicate(timeout=180)[0] for run in runs]
+    for text in said:
+        assert 'seen [[], []]' in text, said
+    assert os.stat(data).st_mode & 0o777 == 0o755
 
 
 def test_the_results_files_are_hidden_alone_and_a_folder_holding_this_python_is_refused(
@@ -995,33 +1003,18 @@ spec_check.run_probe(sys.argv[3], sys.argv[4], request, 120, isolate='user', hid
 
 @needs_user
 @pytest.mark.parametrize('namespace', NAMESPACES, indirect=True)
-def test_a_killed_graders_probe_ends_and_the_next_grader_clears_what_it_left(tmp_path, namespace):
+def test_a_killed_graders_probe_ends_and_the_next_grader_clears_what_it_left(tmp_path, shared_folder, namespace):
     """A grader killed mid-probe left the probe running as the probe's account, and its folders.
     In a namespace everything the probe started ends with the grader; without one a detached
     process outlives it, and the next grader ends it (the killed grader's journal says when its
     run began), removes its folder and its user's files, and puts the hidden modes back."""
     mark = f'{os.getpid()}{time.monotonic_ns() % 10**6}'
-    shared = tempfile.mkdtemp(prefix='a5-test-')  # (pytest's own folders are closed to others)
+    shared, data = shared_folder
     try:
-        os.chmod(shared, 0o755)
-        data = os.path.join(shared, 'data')
-        os.mkdir(data, 0o755)
         src = os.path.join(shared, 'src')
         os.mkdir(src)
         with open(os.path.join(src, 'dataset.py'), 'w') as f:
-            f.write(f'''import os, time
-r, w = os.pipe()
-if os.fork() == 0:
-    os.setsid()
-    if os.fork() == 0:
-        os.write(w, str(os.getpid()).encode())
-        os.execvp('sleep', ['sleep', '120', '0.{mark}'])
-    os._exit(0)
-os.wait()
-pid = os.read(r, 20).decode()
-while not open('/proc/' + pid + '/cmdline', 'rb').read().startswith(b'sleep'):
-    time.sleep(0.01)
-open('/tmp/a5-ready-{mark}', 'w').close()
+            f.write(DETACHED.format(mark=f'0.{mark}') + f'''open('/tmp/a5-ready-{mark}', 'w').close()
 time.sleep(120)
 ''')
         grader = subprocess.Popen([sys.executable, '-c', KILLED_GRADER,
@@ -1051,4 +1044,3 @@ time.sleep(120)
     finally:
         for pid in running(f'0.{mark}'):
             os.kill(pid, signal.SIGKILL)
-        shutil.rmtree(shared)

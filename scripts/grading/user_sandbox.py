@@ -293,15 +293,8 @@ def end_leftovers(record):
     if isinstance(cgroup, str) and os.path.basename(cgroup).startswith('a5probe-'):
         MemoryCap.remove(cgroup)
     elif user is not None and isinstance(since, (int, float)):
-        for _ in range(50):
-            pids = [p for p, (_, uid, state) in process_table().items()
-                    if uid == user.pw_uid and state != 'Z' and started_at(p) >= since]
-            if not pids:
-                break
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.02)
+        kill_until_gone(lambda: [p for p, (_, uid, state) in process_table().items()
+                                 if uid == user.pw_uid and state != 'Z' and started_at(p) >= since])
     folder = record.get('folder')
     if isinstance(folder, str) and os.path.basename(folder).startswith('a5probe-') and \
             not os.path.islink(folder) and os.path.isdir(folder) and \
@@ -479,24 +472,32 @@ class Orphans:
         self.libc.prctl(PR_SET_CHILD_SUBREAPER, self.before, 0, 0, 0)
 
 
-def end_started(user, spare=(), rounds=50):
-    """Every process of `user` the probe started (`started`) killed, until none is left; those
-    handed to this process (Orphans) reaped, but `spare` (the probe itself: its Popen waits for
-    it). True when none is left."""
+def kill_until_gone(find, rounds=50, after=None):
+    """SIGKILL every process find() names, round after round until it names none (one may start
+    another meanwhile); after(): called after each round. True when none is left."""
     for _ in range(rounds):
-        pids = started(user.pw_uid)
+        pids = find()
         if not pids:
-            break
+            return True
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.02)
-        table = process_table()
-        for pid, (ppid, uid, state) in table.items():
+        if after is not None:
+            after()
+    return not find()
+
+
+def end_started(user, spare=()):
+    """Every process of `user` the probe started (`started`) killed, until none is left; those
+    handed to this process (Orphans) reaped, but `spare` (the probe itself: its Popen waits for
+    it). True when none is left."""
+    def reap():
+        for pid, (ppid, uid, state) in process_table().items():
             if ppid == os.getpid() and uid == user.pw_uid and state == 'Z' and pid not in spare:
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, os.WNOHANG)
-    return not started(user.pw_uid)
+    return kill_until_gone(lambda: started(user.pw_uid), after=reap)
 
 
 def owned(uid, roots, limit):
@@ -881,17 +882,12 @@ class MemoryCap:
     @staticmethod
     def remove(path):
         """Kill every process in the cgroup `path` until none is left, then remove it."""
-        for _ in range(100):
+        def inside():
             try:
-                pids = [int(p) for p in _read(os.path.join(path, 'cgroup.procs')).split()]
-            except (OSError, ValueError):
-                return
-            if not pids:
-                break
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.02)
+                return [int(p) for p in _read(os.path.join(path, 'cgroup.procs')).split()]
+            except (OSError, ValueError):  # (gone already)
+                return []
+        kill_until_gone(inside, rounds=100)
         with contextlib.suppress(OSError):
             os.rmdir(path)
 

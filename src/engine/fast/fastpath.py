@@ -135,7 +135,7 @@ def visible(q_positions, size):
 
 
 def causal_math(q, k, v, attn_drop):
-    """The handout's math (attention.softmax_attention) with a causal mask, in fewer passes over
+    """The handout's math (fastmodel.softmax_attention) with a causal mask, in fewer passes over
     the (..., T, S) weights: the fast path's math in training on a CPU. The scale and the mask
     ride on the batched product (baddbmm adds -1e10 above the diagonal, where masked_fill would
     set -1e10: either way the softmax gives those entries weight 0), and the batches are

@@ -202,7 +202,7 @@ def schedule_progress(tokens, plan):
 
 
 def cosine_progress(tokens, plan):
-    """The progress the handout's cosine (run.lr_multiplier) turns into the learning rate:
+    """The progress the handout's cosine (loop.lr_multiplier) turns into the learning rate:
     the schedule's own, or with plan.decay_share (a CPU recipe's) the progress at which that
     cosine gives the peak rate held until the last decay_share of the schedule, then a straight
     line down to the floor. A run that gets few steps spends more of them at the peak (measured:

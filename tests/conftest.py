@@ -46,6 +46,8 @@ import torch  # noqa: E402
 def pytest_configure(config):
     config.addinivalue_line('markers', 'user_sandbox: runs a probe as another user, who must reach '
                             'this Python (.ci/run runs these again with its folder opened)')
+    config.addinivalue_line('markers', 'slow: whole commands, fresh clones, sandboxed probes; '
+                            '`pytest -m "not slow"` leaves them out for a change\'s first check')
 
 # fp32 means fp32 on a GPU too: TF32 matmuls (10-bit mantissa) would put the fast and plain paths
 # of the equivalence tests 1e-3 apart, beyond their tolerances, for a reason that is not theirs.

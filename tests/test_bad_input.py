@@ -838,6 +838,7 @@ def on_a_small_disk(tmp_path, size, piped, *argv):
     return json.loads(proc.stdout)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not CAN_MOUNT, reason='needs root and a mount namespace (a small tmpfs)')
 @pytest.mark.parametrize('size', ['64k', '4m', '12m'])
 def test_a_disk_too_small_for_the_params_is_one_line_in_whatever_form_torch_fails(ws, tmp_path,
@@ -857,6 +858,7 @@ def test_a_disk_too_small_for_the_params_is_one_line_in_whatever_form_torch_fail
     assert got['kept'] and [f for f in got['files'] if f != 'expt'] == ['old.params'], got
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not CAN_MOUNT, reason='needs root and a mount namespace (a small tmpfs)')
 def test_a_piped_corpus_that_the_temporary_folder_cannot_hold_is_one_line(ws, tmp_path):
     """A piped corpus is copied into TMPDIR first (the handout's lines read it more than once):

@@ -13,6 +13,8 @@ import dataset
 from engine import presets
 from conftest import REPO
 
+pytestmark = pytest.mark.slow  # (conftest.py: `-m "not slow"` leaves this file out)
+
 PAD = '\u25a1'
 DATA = os.path.join(REPO, 'data')
 

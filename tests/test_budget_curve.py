@@ -9,6 +9,8 @@ import pytest
 
 from conftest import REPO
 
+pytestmark = pytest.mark.slow  # (conftest.py: `-m "not slow"` leaves this file out)
+
 SCRIPT = os.path.join(REPO, 'scripts', 'budget_curve.py')
 
 

@@ -13,6 +13,8 @@ import torch
 from conftest import PEOPLE, REPO, RUN
 from handout_reference import RefGPT, RefGPTConfig
 
+pytestmark = pytest.mark.slow  # (conftest.py: `-m "not slow"` leaves this file out)
+
 FAST = ['--max_epochs', '1', '--batch_size', '8', '--precision', 'fp32', '--device', 'cpu']
 
 CORPUS = '\n'.join([f'{n}. {n} was born in {p} .' for n, p in PEOPLE]

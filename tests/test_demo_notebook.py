@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow  # (conftest.py: `-m "not slow"` leaves this file out)
+
 nbformat = pytest.importorskip('nbformat', reason='nbformat not installed: pip install -r requirements-test.txt')
 nbclient = pytest.importorskip('nbclient', reason='nbclient not installed: pip install -r requirements-test.txt')
 pytest.importorskip('ipykernel', reason='ipykernel not installed: pip install -r requirements-test.txt')

@@ -22,6 +22,8 @@ import pytest
 
 from conftest import REPO
 
+pytestmark = pytest.mark.slow  # (conftest.py: `-m "not slow"` leaves this file out)
+
 PAGES = ['README.md', 'scripts/grading/README.md'] + sorted(
     os.path.join(folder, name) for folder in ('docs', 'results')
     for name in os.listdir(os.path.join(REPO, folder)) if name.endswith('.md'))

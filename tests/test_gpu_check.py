@@ -16,6 +16,8 @@ import torch
 
 from conftest import REPO
 
+pytestmark = pytest.mark.slow  # (conftest.py: `-m "not slow"` leaves this file out)
+
 SCRIPT = os.path.join(REPO, 'scripts', 'gpu_check.sh')
 
 

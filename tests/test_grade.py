@@ -29,6 +29,8 @@ import student_datasets  # noqa: E402
 import gradescope_like  # noqa: E402
 import user_sandbox  # noqa: E402
 
+pytestmark = pytest.mark.slow  # (conftest.py: `-m "not slow"` leaves this file out)
+
 DEV, TEST = 40, 30
 SANDBOX = spec_check.sandbox_problem() is None  # bubblewrap runs here (setup installs it)
 PROPERTIES = list(spec_check.PROPERTIES)

@@ -18,6 +18,8 @@ sys.path.insert(0, os.path.join(REPO, 'scripts', 'grading'))
 import spec_check  # noqa: E402
 import student_datasets  # noqa: E402
 
+pytestmark = pytest.mark.slow  # (conftest.py: `-m "not slow"` leaves this file out)
+
 DEFAULT_DRAWS = spec_check.DEFAULTS['draws']
 PASSING, FAILING = student_datasets.PASSING, student_datasets.FAILING
 _modules = itertools.count()

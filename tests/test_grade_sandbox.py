@@ -26,6 +26,8 @@ import grade  # noqa: E402
 import spec_check  # noqa: E402
 import user_sandbox  # noqa: E402
 
+pytestmark = pytest.mark.slow  # (conftest.py: `-m "not slow"` leaves this file out)
+
 PROBLEM = spec_check.sandbox_problem()
 needs_bwrap = pytest.mark.skipif(PROBLEM is not None, reason=f'no sandbox here: {PROBLEM}')
 USER_PROBLEM = user_sandbox.problem(make=False)  # (the set-up makes the account: not a test)

@@ -12,6 +12,8 @@ from conftest import REPO
 sys.path.insert(0, os.path.join(REPO, 'scripts', 'grading'))
 import gradescope  # noqa: E402
 
+pytestmark = pytest.mark.slow  # (conftest.py: `-m "not slow"` leaves this file out)
+
 
 def rubric_file(tmp_path, value):
     path = tmp_path / 'rubric.json'

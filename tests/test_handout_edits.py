@@ -19,6 +19,8 @@ import torch
 from conftest import SRC
 from tiny_run import CORPUS, ENV, FAST, TRAIN, tsv
 
+pytestmark = pytest.mark.slow  # (conftest.py: `-m "not slow"` leaves this file out)
+
 # (file, class or function whose body is edited, its line, the line edited)
 EDITS = {
     'GPT.forward': ('model.py', 'class GPT(', 'logits = self.head(x)',

@@ -28,6 +28,8 @@ import utils
 from conftest import REPO, RUN
 from tiny_run import stage_config, FAST, ENV, CORPUS, DOCUMENTS, TRAIN, DEV, OLD_PARAMS, tsv
 
+pytestmark = pytest.mark.slow  # (conftest.py: `-m "not slow"` leaves this file out)
+
 
 # ---- subprocess runs: resume, torchrun, determinism ------------------------------------------
 

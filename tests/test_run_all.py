@@ -18,6 +18,8 @@ from engine import common  # noqa: E402
 import dataset  # noqa: E402
 import run_all  # noqa: E402
 
+pytestmark = pytest.mark.slow  # (conftest.py: `-m "not slow"` leaves this file out)
+
 
 def test_commands_are_the_handouts():
     steps = dict(run_all.commands('perceiver'))

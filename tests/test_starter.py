@@ -19,6 +19,8 @@ from conftest import REPO
 sys.path.insert(0, os.path.join(REPO, 'scripts', 'grading'))
 import starter  # noqa: E402
 
+pytestmark = pytest.mark.slow  # (conftest.py: `-m "not slow"` leaves this file out)
+
 SOURCE = '''import os
 import engine  # [engine]
 # [engine] a comment of the project's only

@@ -5,11 +5,15 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO
 
 SCRIPT = os.path.join(REPO, 'scripts', 'dev', 'throughput.py')
 sys.path.insert(0, os.path.dirname(SCRIPT))
 import throughput  # noqa: E402
+
+pytestmark = pytest.mark.slow  # (conftest.py: `-m "not slow"` leaves this file out)
 
 
 def test_the_window_counts_the_steps_while_every_model_trains():

@@ -43,22 +43,16 @@ sys.path.insert(0, os.path.join(REPO, 'src'))
 import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from engine.command import stages  # noqa: E402
-from engine.fast import decode  # noqa: E402
-from engine import common  # noqa: E402
-from engine import datafiles  # noqa: E402
+from engine import grader_api as engine  # noqa: E402 (the engine's one entry point here)
 import dataset  # noqa: E402
-from engine import devices  # noqa: E402
 import gradescope  # noqa: E402
 import model  # noqa: E402
-from engine.command import inputs, params  # noqa: E402
-from engine.command import paths  # noqa: E402
 import run  # noqa: E402
 import spec_check  # noqa: E402
 import submission  # noqa: E402
 import unpack  # noqa: E402
 import user_sandbox  # noqa: E402
-from engine.common import UsageError  # noqa: E402
+from engine.grader_api import UsageError  # noqa: E402
 
 LONDON = 'london_baseline_accuracy.txt'
 HANDOUT_BOTTLENECK = 64  # the perceiver handout's commands pass --bottleneck_dim 64
@@ -95,23 +89,23 @@ class Grader:
         self.data = {name: _data_file(args.data_dir, name)
                      for name in ('wiki.txt', 'birth_dev.tsv', 'birth_test_inputs.tsv')}
         with contextlib.redirect_stdout(io.StringIO()):  # its "data has ..." line
-            self.vocab = inputs.read_corpus(self.data['wiki.txt'], dataset.CharCorruptionDataset)
+            self.vocab = engine.read_corpus(self.data['wiki.txt'], dataset.CharCorruptionDataset)
         self.questions = {'dev': self.data['birth_dev.tsv'], 'test': self.data['birth_test_inputs.tsv']}
         self.gold = {'dev': self.data['birth_dev.tsv'], 'test': args.test_answers}
-        self.prompts = {split: inputs.read_questions(path, self.vocab.stoi, strict=False)
+        self.prompts = {split: engine.read_questions(path, self.vocab.stoi, strict=False)
                         for split, path in self.questions.items()}
         if args.test_answers is not None:
-            answers = inputs.read_gold_lines(args.test_answers, '--test_answers')
+            answers = engine.read_gold_lines(args.test_answers, '--test_answers')
             if len(answers) != len(self.prompts['test']) or any(a is not None and a[1] is None
                                                                for a in answers):
                 raise UsageError(f'--test_answers {args.test_answers}: expected '
                                  f'{len(self.prompts["test"])} lines "question<TAB>place", one per '
                                  f'line of {self.questions["test"]}; found {len(answers)}')
         with contextlib.redirect_stdout(io.StringIO()):
-            total, correct = inputs.evaluate_places(self.gold['dev'],
+            total, correct = engine.evaluate_places(self.gold['dev'],
                                                    ['London'] * len(self.prompts['dev']))
         self.london = 100 * correct / total if total else None
-        self.device = devices.pick_device(args.device)
+        self.device = engine.pick_device(args.device)
         # the files a folder submission must not reach by a hard link (the held-out answers)
         self.protected = unpack.identities([args.test_answers, *self.data.values()])
         self.probe_request = None
@@ -124,8 +118,8 @@ class Grader:
         mconf = model.config_for(variant, self.vocab.vocab_size, self.vocab.block_size,
                                  bottleneck_dim)
         with contextlib.redirect_stdout(io.StringIO()):  # its "number of parameters" line
-            gpt = model.GPT(stages.model_config(cmd, mconf)).to(self.device)
-        return gpt, stages.describe_model(cmd)
+            gpt = model.GPT(engine.model_config(cmd, mconf)).to(self.device)
+        return gpt, engine.describe_model(cmd)
 
     def request(self):
         """What the dataset check asks of every submission (made once per run, from --seed)."""
@@ -299,7 +293,7 @@ class Grader:
             gold = self.gold[split]
             if gold is not None:
                 with contextlib.redirect_stdout(io.StringIO()):
-                    total, correct = inputs.evaluate_places(gold, lines)
+                    total, correct = engine.evaluate_places(gold, lines)
                 if total:
                     r['accuracy'][name] = round(100 * correct / total, 2)
         return valid, missing
@@ -339,9 +333,9 @@ class Grader:
             variant = name.split('.')[0]
             gpt, wanted = self.model(variant)
             try:
-                state = params.read_state(path, 'cpu', max_bytes=params_cap(gpt))
-                problem = params.params_mismatch(gpt, state, wanted)
-            except params.ParamsProblem as e:
+                state = engine.read_state(path, 'cpu', max_bytes=params_cap(gpt))
+                problem = engine.params_mismatch(gpt, state, wanted)
+            except engine.ParamsProblem as e:
                 r['params'][name] = str(e)
                 r['errors'].append(f'{name}: {e}')
                 continue
@@ -363,11 +357,11 @@ class Grader:
         if variant != 'perceiver' or c is None or c.dim() != 3 or not 0 < c.shape[1] <= 128:
             return None
         gpt, wanted = self.model(variant, int(c.shape[1]))
-        return gpt if params.params_mismatch(gpt, state, wanted) is None else None
+        return gpt if engine.params_mismatch(gpt, state, wanted) is None else None
 
     def reproduce(self, gpt, name, submitted, r):
         split = name.split('.')[-2]
-        ours = decode.predict(gpt, self.prompts[split], self.vocab, self.device, 'fp32',
+        ours = engine.predict(gpt, self.prompts[split], self.vocab, self.device, 'fp32',
                                DECODE_BATCH)
         differ = [i for i, (a, b) in enumerate(zip(submitted, ours)) if a != b]
         r['reproduced'][name] = round(1 - len(differ) / len(ours), 4)
@@ -378,7 +372,7 @@ class Grader:
             for i in differ:
                 kept[i] = unmatched
             with contextlib.redirect_stdout(io.StringIO()):
-                total, correct = inputs.evaluate_places(gold, kept)
+                total, correct = engine.evaluate_places(gold, kept)
             if total:
                 r['verified'][name] = round(100 * correct / total, 2)
         if differ:
@@ -641,11 +635,11 @@ def write_text(path, text):
     def write(tmp):
         with open(tmp, 'w', encoding='utf-8', errors='backslashreplace', newline='') as f:
             f.write(text)
-    common.atomic_write(path, write)
+    engine.atomic_write(path, write)
 
 
 def parse_args(argv=None):
-    ap = common.OneLineParser(prog='python scripts/grading/grade.py', description=' '.join(__doc__.split('\n\n')[0].split()))
+    ap = engine.OneLineParser(prog='python scripts/grading/grade.py', description=' '.join(__doc__.split('\n\n')[0].split()))
     ap.add_argument('submissions', nargs='+', metavar='SUBMISSION',
                     help='a submission zip, an unzipped submission folder, or a folder of zips')
     submission.add_handout_flag(ap, 'grade as synthesizer (2021-22), perceiver (2022-23) or rope '
@@ -659,7 +653,7 @@ def parse_args(argv=None):
                          'builds the autograder that passes it)')
     ap.add_argument('--rubric', default=gradescope.RUBRIC,
                     help='points per check for --gradescope (default %(default)s)')
-    ap.add_argument('--data_dir', default=datafiles.DATA,
+    ap.add_argument('--data_dir', default=engine.DATA,
                     help='folder with wiki.txt, birth_dev.tsv and birth_test_inputs.tsv '
                          '(default: the repository\'s data/)')
     ap.add_argument('--device', choices=('auto', 'cpu', 'cuda'), default='auto',
@@ -723,7 +717,7 @@ def check_args(args):
         reads.append(('--test_answers', args.test_answers))
     for flag in ('json', 'gradescope'):
         path = getattr(args, flag)
-        problem = None if path is None else paths.output_problem(path, reads)
+        problem = None if path is None else engine.output_problem(path, reads)
         if problem is not None:
             raise UsageError(f'--{flag} {path}: {problem}')
     if args.gradescope is not None:
@@ -734,10 +728,10 @@ def check_args(args):
         except gradescope.RubricError as e:
             raise UsageError(str(e))
     if args.out is not None:
-        problem = paths.out_folder_problem(args.out)
+        problem = engine.out_folder_problem(args.out)
         if problem is None and os.path.isdir(args.out):
             for name in REPORTS:
-                problem = paths.output_problem(os.path.join(args.out, name), reads)
+                problem = engine.output_problem(os.path.join(args.out, name), reads)
                 if problem is not None:
                     break
         if problem is not None:

@@ -64,7 +64,7 @@ def stable_then_decay(tokens, warmup_tokens, final_tokens, decay_share):
 
 
 def test_a_decay_share_holds_the_peak_then_goes_straight_down():
-    from engine.machine.budget import Schedule
+    from engine.training.schedule import Schedule
     conf = trainer.TrainerConfig(warmup_tokens=1000, final_tokens=11000, decay_share=0.2,
                                  max_epochs=10)
     for plan in (conf, Schedule(conf)):  # the config as asked, and the run's schedule

@@ -43,7 +43,7 @@ sys.path.insert(0, os.path.join(REPO, 'src'))
 import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from engine import grader_api as engine  # noqa: E402 (the engine's one entry point here)
+from engine.command import grader_api as engine  # noqa: E402 (the engine's one entry point here)
 import dataset  # noqa: E402
 import gradescope  # noqa: E402
 import model  # noqa: E402
@@ -52,7 +52,7 @@ import spec_check  # noqa: E402
 import submission  # noqa: E402
 import unpack  # noqa: E402
 import user_sandbox  # noqa: E402
-from engine.grader_api import UsageError  # noqa: E402
+from engine.command.grader_api import UsageError  # noqa: E402
 
 LONDON = 'london_baseline_accuracy.txt'
 HANDOUT_BOTTLENECK = 64  # the perceiver handout's commands pass --bottleneck_dim 64

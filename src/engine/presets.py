@@ -22,7 +22,7 @@ BOTTLENECK_DIM = 32  # --bottleneck_dim default; the perceiver handout's command
 # The handout's trainer.py: its DataLoader takes the dataset in its order (no shuffle), and its
 # optimizer decays every parameter whose name has neither "bias" nor "LayerNorm.weight" in it
 # (TrainerConfig.shuffle, .decay_rule; loop.optimizer_groups). Its learning rate follows the
-# cosine from the warmup on (decay_share None: no rate held at its peak, engine/machine/budget.py).
+# cosine from the warmup on (decay_share None: no rate held at its peak, engine/training/schedule.py).
 HANDOUT_TRAINER = dict(shuffle=False, decay_rule='names', decay_share=None)
 HANDOUT = {
     # python src/run.py pretrain ...

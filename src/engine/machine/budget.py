@@ -1,4 +1,4 @@
-"""Engine (free to change): the time budget and the schedule's plan.
+"""Engine (free to change): the time budget (the schedule itself: training/schedule.py).
 
 run.py --time_budget (or a preset's budget) trains the epochs that end within a number of
 seconds on the machine the run is on, with the learning-rate schedule laid over them.
@@ -184,57 +184,7 @@ class TimeBudget:
         # (the tokens the loop started from: a resumed run's, loaded after this extra's start)
         per_epoch = (run.tokens - run.progress.start_tokens) / (done - run.start_epoch)
         t0 = max(run.tokens, schedule.warmup_tokens)
-        p0 = schedule_progress(t0, run.schedule)
+        p0 = run.schedule.progress(t0)
         asked, asked_final = run.config.max_epochs, run.config.final_tokens
         p1 = (asked * per_epoch - schedule.warmup_tokens) / max(1, asked_final - schedule.warmup_tokens)
         schedule.relaid = (t0, p0, t0 + (epochs - done) * per_epoch, max(p0, p1))
-
-
-def schedule_progress(tokens, plan):
-    """How far along the schedule `tokens` are: 0 at the end of the warmup, 1 at final_tokens.
-    Where a time budget re-planned the epochs mid-run (budget.py), the rest of the schedule is
-    laid over them: plan.relaid = (t0, p0, t1, p1) takes progress p0 at t0 on to p1 at t1."""
-    relaid = getattr(plan, 'relaid', None)
-    if relaid is not None and tokens >= relaid[0]:
-        t0, p0, t1, p1 = relaid
-        return p0 + (min(tokens, t1) - t0) * (p1 - p0) / max(1.0, t1 - t0)
-    return float(tokens - plan.warmup_tokens) / float(max(1, plan.final_tokens - plan.warmup_tokens))
-
-
-def cosine_progress(tokens, plan):
-    """The progress the handout's cosine (loop.lr_multiplier) turns into the learning rate:
-    the schedule's own, or with plan.decay_share (a CPU recipe's) the progress at which that
-    cosine gives the peak rate held until the last decay_share of the schedule, then a straight
-    line down to the floor. A run that gets few steps spends more of them at the peak (measured:
-    docs/cpu-recipe.md, E23-E26); the handout's line stays as it is."""
-    progress = schedule_progress(tokens, plan)
-    share = getattr(plan, 'decay_share', None)
-    if not share:
-        return progress
-    rate = min(1.0, max(0.0, (1.0 - progress) / share))  # the straight line, 1 before it starts
-    return math.acos(2.0 * rate - 1.0) / math.pi  # 0.5 * (1 + cos(pi * this)) == rate
-
-
-class Schedule:
-    """The one home of the run's schedule numbers (its configuration keeps what was asked for):
-    the epochs to train, where the cosine ends, and where it was laid anew. It starts as the
-    plan made them fit a time budget (plan.py), else as the config asks; the budget re-plans it
-    as the epochs run (TimeBudget), a resumed run restores it (checkpoint.py)."""
-
-    def __init__(self, config, plan=None):
-        planned = plan is not None and plan.epochs is not None
-        self.max_epochs = plan.epochs if planned else config.max_epochs
-        self.final_tokens = plan.final_tokens if planned else config.final_tokens
-        self.warmup_tokens = config.warmup_tokens
-        self.decay_share = getattr(config, 'decay_share', None)  # see cosine_progress
-        self.relaid = None  # (t0, p0, t1, p1): a budget re-planned the epochs, see cosine_progress
-
-    def state_dict(self):
-        # the keys resumable checkpoints have held since budgets could re-plan
-        return {'max_epochs': self.max_epochs, 'final_tokens': self.final_tokens,
-                'relaid': self.relaid}
-
-    def load_state_dict(self, state):
-        self.max_epochs, self.final_tokens = state['max_epochs'], state['final_tokens']
-        relaid = state.get('relaid')
-        self.relaid = tuple(relaid) if relaid is not None else None

@@ -22,7 +22,7 @@ from engine.machine import cpu_load, plan as planning
 from engine.training import extras
 from engine.fast.batches import (Batches, batch_indices, collate, steps_per_epoch, to_device,
                             trim_padding, workers_for)
-from engine.machine.budget import Schedule, cosine_progress
+from engine.training.schedule import Schedule, lr_multiplier  # noqa: F401 (tests read it here)
 from engine.common import save_state_dict
 from engine.devices import autocast as autocast_for
 from engine.training.progress import Progress
@@ -56,16 +56,6 @@ class Settings:
     # lines for stderr once the run's checks are passed, as its first step begins (the edition
     # it follows: a refused run's error stays its only line)
     notes = ()
-
-
-def lr_multiplier(tokens, plan):
-    """The handout's schedule: linear warmup over warmup_tokens, then cosine down to a floor of
-    10% at final_tokens; `tokens` counts every target position, padding included. `plan`: the
-    run's budget.Schedule, or a TrainerConfig (the schedule it asks for)."""
-    if tokens < plan.warmup_tokens:
-        return float(tokens) / float(max(1, plan.warmup_tokens))
-    progress = cosine_progress(tokens, plan)
-    return max(0.1, 0.5 * (1.0 + math.cos(math.pi * progress)))
 
 
 def optimizer_groups(model, weight_decay, rule='names'):

@@ -832,6 +832,9 @@ def test_a_journal_that_is_not_the_graders_own_is_refused_and_applies_nothing(tm
     user_sandbox.write_journal(journal, {'modes': {str(victim): 0o640}})
     with user_sandbox.Hidden([], journal, run={}):
         assert os.stat(victim).st_mode & 0o7777 == 0o640
+    user_sandbox.write_journal(journal, {str(victim): 0o644})  # (the graders' journal before)
+    with user_sandbox.Hidden([], journal, run={}):
+        assert os.stat(victim).st_mode & 0o7777 == 0o644
 
 
 def test_the_grader_refuses_a_planted_journal_in_one_line(tmp_path, monkeypatch, capsys):

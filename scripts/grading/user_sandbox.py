@@ -276,7 +276,8 @@ def restore_journal(path):
         record = {}
     if not isinstance(record, dict):
         record = {}
-    modes = record.get('modes', {})
+    # (a journal of the graders before the run's record: its modes alone)
+    modes = record.get('modes', {}) if 'modes' in record or 'since' in record else record
     for p, mode in (modes.items() if isinstance(modes, dict) else ()):
         if isinstance(p, str) and isinstance(mode, int) and os.path.lexists(p) \
                 and not os.path.islink(p):

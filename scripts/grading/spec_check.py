@@ -244,7 +244,7 @@ def _run_probe(src, sandbox, request, wall_seconds, isolate, hidden, cap):
             try:
                 if user is not None:
                     proc, inside = user_sandbox.popen_as(user, argv, work, env, subprocess.PIPE,
-                                                         _limit_files, cap)
+                                                         functools.partial(_limit_files, cap))
                     uid = user.pw_uid
                     end = functools.partial(user_sandbox.end_started, user, spare=(proc.pid,))
                     watchdogs.append(user_sandbox.Watchdog(
@@ -287,11 +287,11 @@ def user_measure(uid, work, init=None):
     its files in its folder and the shared ones (in a namespace, `init` the pid of unshare's
     first child: its own /dev/shm too), the memfd and removed files it holds open or mapped, and
     its System V shared memory (memory that no process limit counts)."""
-    pids = user_sandbox.started(uid)
+    table = user_sandbox.process_table()
+    pids = user_sandbox.started(uid, table)
     roots = (work,) + user_sandbox.SHARED_TMP
     if init is not None:
-        roots += tuple(f'/proc/{p}/root/dev/shm'
-                       for p in user_sandbox.below(init, user_sandbox.process_table())[:1])
+        roots += tuple(f'/proc/{p}/root/dev/shm' for p in user_sandbox.below(init, table)[:1])
     size, files = user_sandbox.owned(uid, roots, user_sandbox.FILES_CAP + 1)
     size += user_sandbox.held_open(pids, roots)
     size += sum(n for kind, _, n in user_sandbox.ipc_objects(uid) if kind == 'shm')

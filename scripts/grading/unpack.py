@@ -177,6 +177,11 @@ def _open_entry(folder_fd, name, where):
     return fd, os.fstat(fd)
 
 
+def too_large():
+    return Refused(f'the folder holds more than {MAX_FILES} files or {MAX_BYTES >> 20} MiB, far '
+                   'beyond a submission')
+
+
 def _copy_below(folder_fd, dest, rel, protected, seen):
     if rel.count(os.sep) + 1 > MAX_DEPTH or len(rel) > MAX_NAME:
         raise Refused(f'{shown(rel)} is more than {MAX_DEPTH} folders deep or {MAX_NAME} '
@@ -198,14 +203,12 @@ def _copy_below(folder_fd, dest, rel, protected, seen):
                               'submissions (its data or held-out answers)')
             seen['files'] += 1
             if seen['files'] > MAX_FILES:
-                raise Refused(f'the folder holds more than {MAX_FILES} files or '
-                              f'{MAX_BYTES >> 20} MiB, far beyond a submission')
+                raise too_large()
             with open(os.path.join(dest, rel, name), 'xb') as out:
                 for chunk in iter(lambda: os.read(fd, 1 << 20), b''):
                     seen['bytes'] += len(chunk)  # (what is read: a file may grow meanwhile)
                     if seen['bytes'] > MAX_BYTES:
-                        raise Refused(f'the folder holds more than {MAX_FILES} files or '
-                                      f'{MAX_BYTES >> 20} MiB, far beyond a submission')
+                        raise too_large()
                     out.write(chunk)
         finally:
             os.close(fd)

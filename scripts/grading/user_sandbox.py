@@ -448,10 +448,11 @@ def below(pid, table):
     return found
 
 
-def started(uid):
+def started(uid, table=None):
     """The live processes of `uid` below this process (the grader): under Orphans, every process
-    a probe started, however it detached itself, and no other process of the account."""
-    table = process_table()
+    a probe started, however it detached itself, and no other process of the account. table:
+    process_table() where the caller has read it already."""
+    table = process_table() if table is None else table
     return [p for p in below(os.getpid(), table) if table[p][1] == uid and table[p][2] != 'Z']
 
 
@@ -948,16 +949,14 @@ def parent_death():
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
-def popen_as(user, argv, cwd, env, stdout, more_limits=None, cap=None):
-    """argv started as `user`, with _limits (and `more_limits`), in a session of its own and in
-    `cap`'s cgroup: in a PID and mount namespace of its own where one can be had (namespaced),
+def popen_as(user, argv, cwd, env, stdout, more_limits=None):
+    """argv started as `user`, with _limits (and `more_limits`, which runs as root: spec_check's
+    puts it in its MemoryCap's cgroup), in a session of its own: in a PID and mount namespace of its own where one can be had (namespaced),
     else a plain child of the grader, killed when the grader ends (the next grader ends what it
     started: end_leftovers). Returns (the Popen, whether it is namespaced)."""
     inside = pid_namespace()
 
     def child():  # as root, between the fork and the exec
-        if cap is not None:
-            cap.join()
         _limits()
         if more_limits is not None:
             more_limits()

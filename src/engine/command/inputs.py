@@ -52,24 +52,21 @@ def read_once(path, held):
     bytes, read now, once. `held` collects the folders made, for the command's end to remove."""
     if path is None or os.path.isfile(path):
         return path
+    folder = None
     try:
         folder = tempfile.mkdtemp(prefix='cs224n-input-')
-    except OSError as e:
-        raise UsageError(f'{path}: cannot hold what it gives in the temporary folder '
-                         f'{tempfile.gettempdir()} ({e.strerror or e}): set TMPDIR to a folder '
-                         'you can write to')
-    held.append(folder)
-    copy = os.path.join(folder, 'input')
-    try:
+        held.append(folder)
+        copy = os.path.join(folder, 'input')
         with open(path, 'rb') as src, open(copy, 'wb') as dest:
             shutil.copyfileobj(src, dest)
     except OSError as e:
         if getattr(e, 'filename', None) == path:  # (the input itself cannot be read)
             raise
-        shutil.rmtree(folder, ignore_errors=True)
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
         raise UsageError(f'{path}: cannot hold what it gives in the temporary folder '
                          f'{tempfile.gettempdir()} ({e.strerror or e}): free space there, or '
-                         'set TMPDIR to a folder with room')
+                         'set TMPDIR to a folder you can write to, with room')
     _SHOWN[copy] = path
     return copy
 

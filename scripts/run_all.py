@@ -206,9 +206,9 @@ def in_this_process(argv, log_file, team, name):
     as a process of its own would have them."""
     import run  # src/run.py, the handout's command (imported by one_process already)
     stdout = io.StringIO()
-    with team.member(name, stdout=stdout, stderr=log_file):
+    with team.member(name, stdout=stdout, stderr=log_file) as member:
         try:
-            run.main(argv)
+            run.main(argv, member=member)
             code = 0
         except SystemExit as e:  # run.py's own exit: a bad input, an interrupt (130)
             code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1

@@ -63,12 +63,12 @@ def parse_args(argv=None):  # [engine] the command line as main() reads it (test
     return flags.parsed(argp, argv)  # [engine]
 
 
-def main(argv=None):  # [wrapper]
+def main(argv=None, member=None):  # [wrapper] member: run_all --one_process's turn (turns.py)
     args = argp.parse_args(argv)  # [engine] (the command line a test or a script hands in)
     #[2021-22 2022-23 2024-25] args = argp.parse_args()
-    args = flags.parsed(argp, argv, args)  # [engine] which flags were typed; when it started
+    args = flags.parsed(argp, argv, args, member)  # [engine] which flags were typed; when it started
     try:  # [wrapper]
-        flags.check_args(args)  # [engine] every input and output checked before any work
+        args = flags.check_args(args)  # [engine] every input checked, the command decided (flags.Command)
 
         device = 'cpu'  # [2024-25]
         if torch.cuda.is_available():  # [2024-25]
@@ -160,7 +160,7 @@ def main(argv=None):  # [wrapper]
         # [2021-22] From here on, your code should be identical independent of which
         # [2021-22] variant (vanilla or synthesizer) has been chosen.
         # [engine] a CPU preset's model for a slow machine, where it may be trained instead:
-        model = cpu_recipe.fit_model(args, model, mconf, models.GPT, device, randoms)  # [engine]
+        model, smaller = cpu_recipe.fit_model(args, model, mconf, models.GPT, device, randoms)  # [engine]
 
         if args.variant != 'synthesizer' and distributed.rank() == 0:  # [wrapper 2024-25]
             print('Model on device: ', next(model.parameters()).device)
@@ -209,7 +209,8 @@ def main(argv=None):  # [wrapper]
             # [engine] a CPU preset's data (not the handout's), its settings, the flags typed:
             pretrain_dataset, tconf = stages.training(args, 'pretrain', pretrain_dataset,  # [engine]
                                                        tconf, device, writer,
-                                                       questions=dataset.NameDataset)
+                                                       questions=dataset.NameDataset,
+                                                       smaller=smaller)
             trainer_obj = trainer.Trainer(model, pretrain_dataset, None, tconf)
             trainer_obj.train()
             records.save_params(args, trainer_obj.run)  # [engine] whole or not at all, its record

@@ -19,7 +19,7 @@ from engine.machine import plan as planning
 from conftest import REPO
 import trainer
 from test_schedule import RecordingWriter, name_data, tiny_gpt  # noqa: F401 (name_data: a fixture)
-from tiny_run import preset_model, stage_config
+from tiny_run import command, preset_model, stage_config
 
 
 class FakeClock:
@@ -361,14 +361,11 @@ def test_recorded_paces_end_before_the_time_kept_for_what_follows(name_data, mon
 
 # cpu-20min's model for a slow machine (presets.slow_machine, cpu_recipe.fit_model)
 
-def pretrain_args(*extra, preset='cpu-20min'):
+def pretrain_args(*extra, preset='cpu-20min', **decided):
     """run.py pretrain's arguments; batches of 8: name_data's 650 epochs are 1,950 steps."""
-    import run
-    args = run.parse_args(['pretrain', 'vanilla', 'corpus.txt', '--writing_params_path',
-                           'p.params', '--preset', preset, '--precision', 'fp32',
-                           '--batch_size', '8', *extra])
-    args.edition, args.compile = '2021-23', False  # (check_args fills them in: a CPU's 'auto')
-    return args
+    return command(['pretrain', 'vanilla', 'corpus.txt', '--writing_params_path', 'p.params',
+                    '--preset', preset, '--precision', 'fp32', '--batch_size', '8', *extra],
+                   **decided)
 
 
 def planned(args, data, clock):
@@ -393,8 +390,7 @@ def test_a_machine_too_slow_for_the_presets_model_pretrains_its_smaller_one(
     clock = FakeClock()
     torch.manual_seed(0)
     assert len(name_data) == 20  # 3 batches of 8
-    args = pretrain_args('--max_epochs', epochs)
-    args.started = clock.now
+    args = pretrain_args('--max_epochs', epochs, started=clock.now)
     plan, gpt = planned(args, name_data, clock)
     out = capsys.readouterr().out
     assert params.layers_of(gpt.state_dict()) == layers
@@ -430,8 +426,7 @@ def test_a_budgeted_pretraining_is_measured_once(name_data, monkeypatch, capsys)
     monkeypatch.setattr(devices, 'cpu_has_bf16', lambda: False)
     monkeypatch.setattr(measure.StepTimer, 'times', lambda self, *a, **k: [0.4] * 3)
     clock = slow_steps(monkeypatch, 0.4)
-    args = pretrain_args('--max_epochs', '2', '--precision', 'auto')
-    args.started = clock.now
+    args = pretrain_args('--max_epochs', '2', '--precision', 'auto', started=clock.now)
     plan, gpt = planned(args, name_data, clock)
     assert plan.precision == 'fp32' and plan.kernel in (True, False) and plan.epochs == 2
     assert {m.cpu_kernel for m in gpt.modules() if hasattr(m, 'cpu_kernel')} == {plan.kernel}
@@ -452,11 +447,9 @@ def test_only_a_pretraining_of_a_preset_with_a_slow_model_offers_it(name_data):
     """The handout's preset never changes its model, nor does cpu-20min's finetuning (from
     scratch here): no smaller model is offered to their plans."""
     from engine.command import params
-    import run
-    scratch = run.parse_args(['finetune', 'vanilla', 'corpus.txt', '--writing_params_path',
-                              'f.params', '--finetune_corpus_path', 'train.tsv', '--preset',
-                              'cpu-20min', '--precision', 'fp32'])
-    scratch.edition = '2021-23'
+    scratch = command(['finetune', 'vanilla', 'corpus.txt', '--writing_params_path', 'f.params',
+                       '--finetune_corpus_path', 'train.tsv', '--preset', 'cpu-20min',
+                       '--precision', 'fp32'])
     for args in (pretrain_args('--time_budget', '1', preset='handout'), scratch):
         gpt, smaller = preset_model(args, len(name_data.stoi), name_data.block_size)
         assert params.layers_of(gpt.state_dict()) == 4 and smaller is None
@@ -469,7 +462,6 @@ def test_params_and_checkpoints_of_the_slow_model_are_read_into_it(name_data, mo
     depth the file holds when it is the preset's or its slow model's, without timing anything;
     any other depth gets the preset's model, which the load then refuses in one line."""
     from engine.command import params
-    import run
 
     monkeypatch.chdir(tmp_path)
     vocab, block = len(name_data.stoi), name_data.block_size
@@ -478,10 +470,9 @@ def test_params_and_checkpoints_of_the_slow_model_are_read_into_it(name_data, mo
         torch.save(state, f'{layers}.params')
         torch.save({'model': state, 'optimizer': {}, 'epoch': 1}, 'p.params.ckpt')
         want = layers if layers != 3 else 4
-        evaluate = run.parse_args(['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path',
-                                   f'{layers}.params', '--eval_corpus_path', 'dev.tsv',
-                                   '--outputs_path', 'o', '--preset', 'cpu-20min'])
-        evaluate.edition = '2021-23'
+        evaluate = command(['evaluate', 'vanilla', 'corpus.txt', '--reading_params_path',
+                            f'{layers}.params', '--eval_corpus_path', 'dev.tsv',
+                            '--outputs_path', 'o', '--preset', 'cpu-20min'])
         for args in (evaluate, pretrain_args('--resume')):
             gpt, smaller = preset_model(args, vocab, block)
             assert params.layers_of(gpt.state_dict()) == want and smaller is None

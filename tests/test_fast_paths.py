@@ -592,23 +592,18 @@ def test_training_in_groups_of_rows_matches_the_plain_loop(data, name, device, m
         assert any(t < max(c for _, c in spans) for spans in seen for _, t in spans)
 
 
-def checked_args(extra, monkeypatch, tmp_path, device='cuda', world_size='1', bf16=True):
+def checked_args(extra, monkeypatch, tmp_path, device='cuda', world_size='1', bf16=True,
+                 member=None):
     """run.py's arguments after flags.check_args, as if on `device` (a stand-in: the choice of
     defaults only asks which device there is, and whether it has bf16) in a run of `world_size`
     processes."""
-    import run
     from engine import devices
-    from engine.command import flags
-    from tiny_run import CORPUS
-    (tmp_path / 'wiki.txt').write_text(CORPUS, encoding='utf-8')
-    monkeypatch.chdir(tmp_path)
+    from tiny_run import checked
     monkeypatch.setattr(devices, 'pick_device', lambda name, variant=None: device)
     monkeypatch.setattr(devices, 'bf16_supported', lambda name: bf16)
     monkeypatch.setenv('WORLD_SIZE', world_size)
-    args = run.parse_args(['pretrain', 'vanilla', 'wiki.txt', '--writing_params_path', 'x.params']
-                          + extra)
-    flags.check_args(args)
-    return args
+    return checked(['pretrain', 'vanilla', 'wiki.txt', '--writing_params_path', 'x.params']
+                   + extra, tmp_path, monkeypatch, member)
 
 
 @pytest.mark.parametrize('extra, device, world_size, compile_, groups', [
@@ -916,19 +911,17 @@ def test_a_member_of_one_process_takes_eager_steps_on_a_gpu(monkeypatch, tmp_pat
     alone keeps recording. (A stand-in GPU: the choice only asks which device there is.)"""
     from engine import common
     from engine.command import records
-    from engine.training import turns
     args = checked_args([], monkeypatch, tmp_path)
     records.finish()
     assert args.compile == 'graphs'  # alone in its process
     import time
     import types
-    member = types.SimpleNamespace(name='vanilla', started=time.time())
-    monkeypatch.setattr(turns, 'current', lambda: member)  # a member of a team
-    args = checked_args([], monkeypatch, tmp_path)
+    member = types.SimpleNamespace(name='vanilla', started=time.time())  # of a team
+    args = checked_args([], monkeypatch, tmp_path, member=member)
     records.finish()
-    assert args.compile is False
+    assert args.compile is False and args.member is member and args.started == member.started
     with pytest.raises(common.UsageError, match='cannot record a step of run_all --one_process'):
-        checked_args(['--compile', 'graphs'], monkeypatch, tmp_path)
+        checked_args(['--compile', 'graphs'], monkeypatch, tmp_path, member=member)
     records.finish()
     args = checked_args(['--device', 'cpu'], monkeypatch, tmp_path, device='cpu')
     assert args.compile is False  # (a CPU records nothing either way)

@@ -16,7 +16,7 @@ from engine.machine import cpu_load
 from engine.training import extras
 from engine import devices
 import run
-from tiny_run import stage_config, CORPUS
+from tiny_run import checked, stage_config, tsv, CORPUS, TRAIN
 
 SHORT = '\n'.join(CORPUS.split('\n')[:16]) + '\n'  # 17 documents: 3 batches of 8 an epoch
 ARGV = ['pretrain', 'vanilla', 'corpus.txt', '--writing_params_path', 'pt.params',
@@ -124,17 +124,19 @@ def test_a_preset_that_adapts_follows_the_injected_load(machine, tmp_path, monke
     ('handout', 'fp32', False), ('cpu-quick', 'fp32', False),
     ('cpu-20min', 'auto', True), ('cpu-45min', 'auto', True), ('cpu-rehearsal', 'auto', True)])
 def test_only_a_preset_that_adapts_measures_precision_and_follows_the_load(
-        preset, precision, follows, monkeypatch):
+        preset, precision, follows, monkeypatch, tmp_path):
     monkeypatch.setattr(devices, 'cpu_has_bf16', lambda: True)
     monkeypatch.delenv(cpu_load.FIXED, raising=False)
     monkeypatch.delenv('OMP_NUM_THREADS', raising=False)
-    args = run.parse_args(['pretrain', 'vanilla', 'wiki.txt', '--writing_params_path', 'x',
-                           '--preset', preset])
-    args.edition = '2021-23'
+    (tmp_path / 'train.tsv').write_text(tsv(TRAIN), encoding='utf-8')  # (a mix's questions)
+    argv = ['pretrain', 'vanilla', 'wiki.txt', '--writing_params_path', 'x', '--preset', preset,
+            '--device', 'cpu', '--finetune_corpus_path', 'train.tsv']
+    args = checked(argv, tmp_path, monkeypatch)
+    assert args.precision == precision  # (check_args decides it, once)
     for stage in ('pretrain', 'finetune_scratch', 'finetune_pretrained'):
         tconf = stage_config(args, stage, 100, 'cpu')
         assert (tconf.precision, tconf.follow_load) == (precision, follows), stage
         # only the pretraining of the preset whose runs were measured says what such runs answered
         assert (tconf.under_load is not None) == (preset == 'cpu-20min' and stage == 'pretrain'), stage
-    args.precision = 'bf16'  # asked for: every preset takes it
+    args = checked(argv + ['--precision', 'bf16'], tmp_path, monkeypatch)  # asked: every preset
     assert stage_config(args, 'pretrain', 100, 'cpu').precision == 'bf16'

@@ -26,7 +26,7 @@ from engine.training import loop
 import utils
 
 from conftest import REPO, RUN
-from tiny_run import stage_config, FAST, ENV, CORPUS, DOCUMENTS, TRAIN, DEV, OLD_PARAMS, tsv
+from tiny_run import command, stage_config, FAST, ENV, CORPUS, DOCUMENTS, TRAIN, DEV, OLD_PARAMS, tsv
 
 pytestmark = pytest.mark.slow  # (conftest.py: `-m "not slow"` leaves this file out)
 
@@ -567,10 +567,8 @@ def test_a_resumed_run_counts_the_interrupted_calls_and_ignores_a_forged_count(t
 
 
 def test_run_py_spaces_a_gpus_periodic_checkpoints_only():
-    import run
     from engine import presets
-    args = run.parse_args(['pretrain', 'vanilla', 'wiki.txt', '--writing_params_path', 'x'])
-    args.edition = '2021-23'
+    args = command(['pretrain', 'vanilla', 'wiki.txt', '--writing_params_path', 'x'])
     assert stage_config(args, 'pretrain', 100, 'cpu').checkpoint_seconds == 0
     assert stage_config(args, 'pretrain', 100, 'cuda').checkpoint_seconds == \
         presets.GPU['checkpoint_seconds'] == 30

@@ -121,17 +121,17 @@ def test_a_stop_reaches_every_command_in_a_thread():
     assert flags == [True] and not mine.requested
 
 
-def train(pre, variant, seed, device):
+def train(pre, variant, seed, device, turn=None):
     """A four-layer model with dropout, as the handout's pretraining has, trained by the Trainer
     (the engine's loop, eager steps: a member records none, flags.check_args) for 2 epochs on 12
-    examples: (losses, params). In a member's thread the member is one of the loop's extras
-    (extras.for_run)."""
+    examples: (losses, params). As the member `turn` of a team the member is one of the loop's
+    extras (TrainerConfig.turn: extras.for_run)."""
     utils.set_seed(seed)
     gpt = tiny(pre.vocab_size, VARIANTS[variant], n_layer=4)
     log = LossLog()
     conf = trainer.TrainerConfig(max_epochs=2, batch_size=4, learning_rate=3e-3, lr_decay=True,
                                  warmup_tokens=4 * 128, final_tokens=4 * 128 * 6, writer=log,
-                                 device=device)
+                                 device=device, turn=turn)
     trainer.Trainer(gpt, Subset(pre, range(12)), None, conf).train()
     return log.values, {k: v.detach().cpu() for k, v in gpt.state_dict().items()}
 
@@ -146,7 +146,7 @@ def test_models_trained_as_members_train_as_each_does_alone(data, device):  # no
     got = {}
     team = turns.Team(device)
     errors = together(team, {name: lambda member, name=name, seed=seed: got.__setitem__(
-        name, train(pre, name, seed, device)) for name, seed in jobs.items()})
+        name, train(pre, name, seed, device, member)) for name, seed in jobs.items()})
     assert not errors, errors
     assert team.turns.count('vanilla') >= 6 and team.turns.count('rope') >= 6  # turns per step
     for name in jobs:

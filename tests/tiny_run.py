@@ -49,10 +49,43 @@ def stage_config(args, stage, length, device='cpu'):
     return stages.trainer_config(args, stage, tconf, length, device)
 
 
+def checked(argv, folder, monkeypatch, member=None):
+    """run.py's flags.Command for `argv` as check_args decides it (run as `member` of a team,
+    where given), in `folder` (the current one from here on) with CORPUS as its wiki.txt; its
+    outputs' claims let go."""
+    import run
+    from engine.command import flags, records
+    (folder / 'wiki.txt').write_text(CORPUS, encoding='utf-8')
+    monkeypatch.chdir(folder)
+    try:
+        return flags.check_args(flags.parsed(run.argp, argv, member=member))
+    finally:
+        records.finish()
+
+
+def command(argv, **decided):
+    """run.py's flags.Command for `argv` without check_args's look at files: the CPU, eager
+    steps, edition 2021-23 and the precision the flag names (a CPU recipe's 'auto': its plan
+    measures) unless `decided` gives them; the stage and the slow machine's model as check_args
+    decides them."""
+    import run
+    from engine import devices, presets
+    from engine.command import cpu_recipe, flags, stages
+    args = run.parse_args(argv)
+    training = args.function != 'evaluate'
+    values = dict(edition='2021-23', edition_from='--edition', device='cpu', compile=False,
+                  precision=devices.pick_precision(args.precision, 'cpu', training,
+                                                   measure=presets.adapts(args.preset)),
+                  stage=stages.stage_of(args, args.function) if training else None,
+                  slow_model=cpu_recipe.slow_model(args))
+    values.update(decided)
+    return flags.Command.of(args, **values)
+
+
 def preset_model(args, vocab, block, device='cpu', **changes):
-    """The model run.py builds for `args` (the variant's GPTConfig, the preset's sizes), with
-    `changes` to its config, and the slow machine's model where the preset offers one:
-    (model, args.smaller)."""
+    """The model run.py builds for the command `args` (the variant's GPTConfig, the preset's
+    sizes), with `changes` to its config, and the slow machine's model where the preset offers
+    one: (model, smaller), cpu_recipe.fit_model's."""
     from engine import devices
     from engine.command import cpu_recipe, stages
     randoms = devices.random_states(device)
@@ -61,4 +94,4 @@ def preset_model(args, vocab, block, device='cpu', **changes):
     for key, value in changes.items():
         setattr(mconf, key, value)
     gpt = model.GPT(mconf).to(device)
-    return cpu_recipe.fit_model(args, gpt, mconf, model.GPT, device, randoms), args.smaller
+    return cpu_recipe.fit_model(args, gpt, mconf, model.GPT, device, randoms)

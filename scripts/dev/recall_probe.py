@@ -82,10 +82,11 @@ def main(argv=None):
         settings = SimpleNamespace(preset=args.preset, plain=False, dropout=None,
                                    variant=args.variant, bottleneck_dim=args.bottleneck_dim,
                                    function='evaluate', resume=False, reading_params_path=args.params)
+        settings = SimpleNamespace(**vars(settings), slow_model=cpu_recipe.slow_model(settings))
         mconf = stages.model_config(settings, model.config_for(
             args.variant, vocab.vocab_size, presets.BLOCK_SIZE, args.bottleneck_dim))
         randoms = devices.random_states('cpu')
-        gpt = cpu_recipe.fit_model(settings, model.GPT(mconf), mconf, model.GPT, 'cpu', randoms)
+        gpt, _ = cpu_recipe.fit_model(settings, model.GPT(mconf), mconf, model.GPT, 'cpu', randoms)
         params.load_params(gpt, args.params, stages.describe_model(settings), 'cpu')
     except UsageError as e:
         print(f'error: {e}', file=sys.stderr)

@@ -34,7 +34,7 @@ def training_data(args, stage, pretrain_dataset, data, schedule_length, question
     lead = presets.rehearsal_lead(args.preset)
     if mix is not None and stage in ('pretrain', 'finetune_pretrained'):
         asked = data if stage == 'finetune_pretrained' else \
-            inputs.read_finetune(args.finetune_path, pretrain_dataset, questions)
+            inputs.read_finetune(args.finetune_corpus_path, pretrain_dataset, questions)
         data = mixed(pretrain_dataset, asked, mix, args)
         schedule_length = len(data)  # the handout's schedule counts the corpus's length; a mix, its own
     elif lead is not None and stage == 'finetune_pretrained':
@@ -47,7 +47,7 @@ def mixed(pretrain_dataset, questions, mix, args):
     if distributed.rank() == 0:
         print(f'the {args.preset} preset trains on short views of '
               f'{inputs.shown(args.pretrain_corpus_path)} mixed with the questions of '
-              f'{inputs.shown(args.finetune_path)} ({mix["question_share"]:.0%} of '
+              f'{inputs.shown(args.finetune_corpus_path)} ({mix["question_share"]:.0%} of '
               f'each batch): not the handout\'s data (src/engine/presets.py)', flush=True)
     return BornViewMix(pretrain_dataset, questions, mix['question_share'], mix['lead'])
 
@@ -156,17 +156,30 @@ def saved_state(args):
     return None
 
 
-def fit_model(args, model, mconf, make, device, randoms):
-    """The model to train, or to read params into: run.py's `model`, make(mconf) built from the
-    random states `randoms`; for a preset with a model for slow machines (presets.slow_machine),
-    that one where the params or the checkpoint resumed are of its depth. Sets args.smaller:
-    None, or (build, below_steps) where pretraining may train the slow machine's model instead
-    (the run's plan builds it where the preset's fits fewer than below_steps steps into the
-    budget here: plan.py), drawn from the same random states."""
-    args.smaller = None
+def slow_model(args):
+    """A CPU recipe's model for slow machines (presets.slow_machine), as the command would use
+    it: 'trained' where the params or the checkpoint it reads are of that model's depth; 'may'
+    where it pretrains afresh (its plan trains that model where the preset's fits too few steps
+    into the budget here: plan.py); else None."""
     slow = presets.slow_machine(args.preset)
     if slow is None:
-        return model
+        return None
+    saved = saved_state(args)
+    if saved is not None:
+        return 'trained' if params.layers_of(saved) == slow['model']['n_layer'] else None
+    return 'may' if args.function == 'pretrain' else None
+
+
+def fit_model(args, model, mconf, make, device, randoms):
+    """(The model to train, or to read params into; the smaller one the plan may choose):
+    run.py's `model`, make(mconf) built from the random states `randoms`, or where the command's
+    slow_model is 'trained', the slow machine's model; the second is None, or where it is 'may',
+    (build, below_steps): the run's plan builds the slow machine's model where the preset's
+    fits fewer than below_steps steps into the budget here (plan.py), drawn from the same
+    random states."""
+    if args.slow_model is None:
+        return model, None
+    slow = presets.slow_machine(args.preset)
 
     def build():  # initialised as if it had been built first
         devices.set_random_states(randoms, device)
@@ -174,9 +187,6 @@ def fit_model(args, model, mconf, make, device, randoms):
         for key, value in slow['model'].items():
             setattr(conf, key, value)
         return make(conf).to(device)
-    saved = saved_state(args)
-    if saved is not None:
-        return build() if params.layers_of(saved) == slow['model']['n_layer'] else model
-    if args.function == 'pretrain':
-        args.smaller = (build, slow['below_steps'])
-    return model
+    if args.slow_model == 'trained':
+        return build(), None
+    return model, (build, slow['below_steps'])

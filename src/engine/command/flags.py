@@ -2,25 +2,30 @@
 declared, and every check of them before any work.
 
 run.py parses its own flags (the starter's); add_engine_flags adds the engine's, parsed() turns
-the result into Args (the parser's flags and what ADDED declares, nothing else), check_args
-refuses a bad input in one line before anything is read or written, and claims the outputs."""
+the result into Args (the parser's flags and what ADDED declares, nothing else), and check_args
+refuses a bad input in one line before anything is read or written, claims the outputs and
+returns the Command: the run decided once (its paths, edition, device, precision, compile mode,
+stage), which every later line reads and none writes onto."""
 import argparse
 import copy
+import dataclasses
 import math
 import os
 import shutil
 import sys
 import time
+import types
+from typing import Any, Mapping, Optional, Union
 
 from engine import common
 from engine import devices
+from engine.command import cpu_recipe
 from engine.command import inputs
 from engine.command import paths
 from engine import presets
 from engine.command import stages
 from engine.common import UsageError, thread_list
 from engine.datafiles import resolve
-from engine.training import turns
 
 IMPORTED = time.time()  # (the run's record splits its time: the imports, then the rest)
 FUNCTIONS = ('pretrain', 'finetune', 'evaluate')
@@ -132,10 +137,11 @@ def add_engine_flags(argp):
                             'instead of dropping them')
 
 
-def parsed(argp, argv=None, args=None):
-    """run.py's command line as Args (`args`, else parsed from argv): with the time the process
-    started (a budget counts from it) and `typed`, the flags given on it (a preset's value
-    yields to a flag typed, never to a default)."""
+def parsed(argp, argv=None, args=None, member=None):
+    """run.py's command line as Args (`args`, else parsed from argv), unchecked: with `typed`, the
+    flags given on it (a preset's value yields to a flag typed, never to a default), and when
+    it started (a budget counts from it): the process's start, or where the command runs as
+    `member` of a team of commands in one process (training/turns.py), its turn's."""
     if args is None:
         args = argp.parse_args(argv)
     quiet = argparse.ArgumentParser(add_help=False)
@@ -145,32 +151,25 @@ def parsed(argp, argv=None, args=None):
             action.default, action.required = argparse.SUPPRESS, False
             quiet._add_action(action)
     given, _ = quiet.parse_known_args(sys.argv[1:] if argv is None else argv)
-    values = dict(dict.fromkeys(ADDED), **vars(args))
-    member = turns.current()  # (a command in a thread beside others starts when its thread does)
-    values.update(typed=set(vars(given)),
+    values = dict(vars(args), typed=frozenset(vars(given)), member=member,
                   started=process_start() if member is None else member.started)
     return Args(declared(argp), **values)
 
 
-# What the engine adds to run.py's parsed flags: every attribute of `args` a later line reads is
+# What parsed() adds to run.py's parsed flags: every attribute of `args` a later line reads is
 # one of the parser's flags or one of these (Args refuses any other).
 ADDED = dict(
     typed='the flags typed on the command line (a preset\'s value yields to these alone)',
-    started='when the process started, or the command\'s thread beside others (training/turns.py; '
+    started='when the process started, or the command\'s turn in a team (training/turns.py; '
             'wall clock): a --time_budget counts from it',
-    edition_from='where the edition came from: --edition, the variant, $CS224N_EDITION, '
-                 'src/edition.txt or the default',
-    corpus_path='pretrain_corpus_path where it was found (a pipe: a copy of what came)',
-    finetune_path='--finetune_corpus_path where it was found (a mix\'s questions), or None',
-    eval_path='--eval_corpus_path where it was found, or None',
-    stage='the training stage\'s preset name: pretrain, finetune_scratch or finetune_pretrained',
-    smaller='a CPU recipe\'s model for a slow machine: (build, below_steps), or None',
+    member='the team member the command runs as (training/turns.py), or None: alone',
 )
 
 
 class Args(argparse.Namespace):
-    """run.py's `args` after parsed(): the parser's flags and ADDED; setting any other name is
-    an AttributeError, so a reader of the parser and of ADDED knows all it holds."""
+    """run.py's `args` after parsed(), before check_args: the parser's flags and ADDED; setting
+    any other name is an AttributeError, so a reader of the parser and of ADDED knows all it
+    holds."""
     __slots__ = ('_declared',)
 
     def __init__(self, declared, **values):
@@ -189,10 +188,52 @@ def declared(argp):
     return {a.dest for a in argp._actions if not isinstance(a, argparse._HelpAction)} | set(ADDED)
 
 
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """run.py's command once checked (check_args returns it): what every later line reads, and
+    nothing writes onto. The parser's flags as given (`flags`, read as attributes too:
+    args.variant, args.preset, a student's own flag), and, under the names below, what
+    check_args decided from them, once. The handout's lines read the corpus paths and the
+    edition by their flags' names: there they are where each input was found."""
+    flags: Mapping[str, Any]
+    typed: frozenset  # the flags typed (a preset's value yields to these alone)
+    started: float  # wall clock: a --time_budget counts from it (parsed())
+    member: Any  # the team member the command runs as (training/turns.py), or None
+    edition: str  # '2021-23' or '2024-25'
+    edition_from: str  # --edition, the variant, $CS224N_EDITION, src/edition.txt or the default
+    pretrain_corpus_path: str  # where it was found (a pipe: a copy of what came)
+    finetune_corpus_path: Optional[str]  # finetune's, or a pretraining mix's questions; else None
+    eval_corpus_path: Optional[str]  # evaluate's, else None
+    device: str  # 'cpu', 'cuda' or 'mps': --device, 'auto' decided (devices.pick_device)
+    precision: str  # 'fp32', 'tf32', 'bf16', 'fp16', or 'auto': the run's plan measures it
+    compile: Union[bool, str]  # False (eager), 'default', 'reduce-overhead' or 'graphs'
+    stage: Optional[str]  # pretrain, finetune_scratch or finetune_pretrained (presets.py); None
+    slow_model: Optional[str]  # a CPU recipe's model for slow machines: 'trained' (the params
+    # or checkpoint read are of its depth), 'may' (pretraining: the plan may choose it), or None
+
+    def __getattr__(self, name):  # the parser's other flags
+        flags = self.__dict__.get('flags')
+        if flags is None or name.startswith('__') or name not in flags:
+            raise AttributeError(f'the command has no attribute {name!r}')
+        return flags[name]
+
+    @classmethod
+    def of(cls, args, **decided):
+        """The Command of parsed Args with `decided` (tests hand their own): a field not given
+        is the flag's value as parsed."""
+        values = {f.name: decided.pop(f.name, getattr(args, f.name, None))
+                  for f in dataclasses.fields(cls) if f.name != 'flags'}
+        if decided:
+            raise TypeError(f'Command has no field {sorted(decided)[0]!r}')
+        flags = {k: v for k, v in vars(args).items() if k not in ADDED}
+        return cls(flags=types.MappingProxyType(flags), **values)
+
+
 def check_args(args):
-    """Every check of the command line, before any work: a UsageError for the first problem.
-    Fills in args.edition and the inputs' resolved paths (args.corpus_path, args.finetune_path,
-    args.eval_path; the handout's flags point there too, so its lines open them)."""
+    """Every check of the command line (parsed()'s Args), before any work: a UsageError for the
+    first problem. Returns the Command: everything derived from the flags decided here, once
+    (the inputs' paths, the edition, the device, the precision, the compile mode, the stage,
+    a CPU recipe's slow-machine model), and its outputs claimed."""
     if args.function not in FUNCTIONS:
         raise UsageError(f'argument function: invalid choice: {args.function!r} (choose from '
                          f'{", ".join(FUNCTIONS)})')
@@ -205,9 +246,12 @@ def check_args(args):
     where = devices.pick_device(args.device, args.variant)
     on_cpu = where != 'cuda'  # (what follows is a CUDA GPU's: graphs, tf32)
     one_process = int(os.environ.get('WORLD_SIZE', '1')) == 1
+    training = args.function != 'evaluate'
+    # the one place the precision is picked: the settings line, the steps and the records read it
+    precision = devices.pick_precision(args.precision, where, training,
+                                       measure=presets.adapts(args.preset))
     # fp16's loss scaler reads back whether a gradient overflowed: no whole-step CUDA graph
-    fp16 = devices.pick_precision(args.precision, where,
-                                  training=args.function != 'evaluate') == 'fp16'
+    fp16 = precision == 'fp16'
     if args.compile == 'graphs' and fp16:
         raise UsageError('--compile graphs cannot record a step with fp16\'s loss scaling (it '
                          'reads back whether a gradient overflowed): --compile none, or '
@@ -215,13 +259,14 @@ def check_args(args):
     # A model trained as a thread of run_all --one_process shares the GPU's generator with the
     # others: a recorded step reads its dropout seed and offset from that generator's state, so
     # the members' replays would draw from each other's (no member has a state of its own).
-    member = turns.current() is not None
+    member = args.member is not None
     if args.compile == 'graphs' and member and not on_cpu:
         raise UsageError('--compile graphs cannot record a step of run_all --one_process: the '
                          'models\' recordings would draw their dropout from one generator state, '
                          'not each its own (--compile none, or run_all without --one_process)')
-    if args.compile == 'auto':  # what measured fastest on a GPU (docs/gpu.md)
-        args.compile = 'graphs' if not on_cpu and one_process and not member and not args.plain \
+    compile_mode = args.compile
+    if compile_mode == 'auto':  # what measured fastest on a GPU (docs/gpu.md)
+        compile_mode = 'graphs' if not on_cpu and one_process and not member and not args.plain \
             and not fp16 else 'none'
     if args.precision == 'fp16' and where == 'cpu':
         raise UsageError('--precision fp16 is for GPUs without bf16 (float16 autocast with loss '
@@ -230,10 +275,10 @@ def check_args(args):
     if args.precision == 'tf32' and on_cpu:
         raise UsageError('--precision tf32 is a CUDA GPU\'s arithmetic (fp32 matrix products on '
                          'NVIDIA tensor cores); on a CPU use fp32 or bf16')
-    if args.compile == 'graphs' and (on_cpu or not one_process):
+    if compile_mode == 'graphs' and (on_cpu or not one_process):
         raise UsageError('--compile graphs records CUDA graphs: it needs a GPU and one process '
                          '(not torchrun)')
-    args.compile = False if args.compile == 'none' else args.compile
+    compile_mode = False if compile_mode == 'none' else compile_mode
     if args.row_groups is not None and args.row_groups < 1:
         raise UsageError(f'--row_groups must be 1 or more, not {args.row_groups}')
     if args.row_groups and args.row_groups > 1 and args.plain:
@@ -253,27 +298,26 @@ def check_args(args):
             raise UsageError(f'--{flag} must be a positive number, not {value:g}')
     if args.seed is not None and not -2 ** 63 <= args.seed < 2 ** 64:  # torch.manual_seed's
         raise UsageError(f'--seed must be from -2**63 to 2**64 - 1, not {args.seed}')
-    args.corpus_path = resolve(args.pretrain_corpus_path, 'pretrain_corpus_path')
+    corpus_path = resolve(args.pretrain_corpus_path, 'pretrain_corpus_path')
     needs = {'pretrain': ['writing_params_path'],
              'finetune': ['writing_params_path', 'finetune_corpus_path'],
              'evaluate': ['outputs_path', 'reading_params_path', 'eval_corpus_path']}
     for flag in needs[args.function]:
         if getattr(args, flag) is None:
             raise UsageError(f'{args.function} needs --{flag}')
-    args.finetune_path = resolve(args.finetune_corpus_path, '--finetune_corpus_path') \
+    finetune_path = resolve(args.finetune_corpus_path, '--finetune_corpus_path') \
         if args.function == 'finetune' else None
     mix = presets.mix(args.preset)
     if args.function == 'pretrain' and mix is not None:  # the mix's questions
-        args.finetune_path = resolve(args.finetune_corpus_path or mix['questions'],
+        finetune_path = resolve(args.finetune_corpus_path or mix['questions'],
                                      '--finetune_corpus_path')
-    args.eval_path = resolve(args.eval_corpus_path, '--eval_corpus_path') \
+    eval_path = resolve(args.eval_corpus_path, '--eval_corpus_path') \
         if args.function == 'evaluate' else None
     # no output may be an input, or another output (the resumable checkpoint beside the params)
-    reads = [('pretrain_corpus_path', args.corpus_path),
-             ('--finetune_corpus_path', args.finetune_path), ('--eval_corpus_path', args.eval_path),
+    reads = [('pretrain_corpus_path', corpus_path),
+             ('--finetune_corpus_path', finetune_path), ('--eval_corpus_path', eval_path),
              ('--reading_params_path',
               args.reading_params_path if args.function != 'pretrain' else None)]
-    training = args.function != 'evaluate'
     inputs.check_outputs(
         [('--writing_params_path', args.writing_params_path if training else None),
          ('the checkpoint of --writing_params_path',
@@ -287,12 +331,11 @@ def check_args(args):
 
     if args.dropout is not None and not 0 <= args.dropout < 1:
         raise UsageError(f'--dropout must be in [0, 1), not {args.dropout}')
-    args.edition, where = presets.edition_source(args.edition, args.variant)
-    args.edition_from = where
-    if args.variant not in presets.EDITIONS[args.edition]['variants']:
-        raise UsageError(f'--edition {args.edition} has the variants '
-                         f'{", ".join(presets.EDITIONS[args.edition]["variants"])}, not {args.variant}'
-                         + ('' if where == '--edition' else f' (from {where})'))
+    edition, edition_from = presets.edition_source(args.edition, args.variant)
+    if args.variant not in presets.EDITIONS[edition]['variants']:
+        raise UsageError(f'--edition {edition} has the variants '
+                         f'{", ".join(presets.EDITIONS[edition]["variants"])}, not {args.variant}'
+                         + ('' if edition_from == '--edition' else f' (from {edition_from})'))
     if args.time_budget is not None and args.function == 'evaluate':
         raise UsageError('--time_budget is for pretrain and finetune')
     if args.time_budget is not None and not 0 < args.time_budget <= common.MAX_BUDGET_MINUTES:
@@ -308,22 +351,28 @@ def check_args(args):
     if args.resume and not os.path.isfile(args.writing_params_path + '.ckpt'):
         raise UsageError(f'--resume: no checkpoint {args.writing_params_path}.ckpt to resume from '
                          '(it is written every --checkpoint_every epochs and on Ctrl-C/SIGTERM)')
+    stage = stages.stage_of(args, args.function) if training else None
+    command = Command.of(args, edition=edition, edition_from=edition_from,
+                         pretrain_corpus_path=corpus_path, finetune_corpus_path=finetune_path,
+                         eval_corpus_path=eval_path, device=where, precision=precision,
+                         compile=compile_mode, stage=stage,
+                         slow_model=cpu_recipe.slow_model(args))
     if training:
-        inputs.check_log_folder(stages.tensorboard_dir(args))
-    claim_outputs(args, training)
+        inputs.check_log_folder(stages.tensorboard_dir(command))
+    claim_outputs(command, training)
     # a pipe gives its text once: the checks and the handout's lines read a copy of what came
-    args.corpus_path, args.finetune_path, args.eval_path = (
+    corpus_path, finetune_path, eval_path = (
         inputs.read_once(path, thread_list('input copies'))
-        for path in (args.corpus_path, args.finetune_path, args.eval_path))
-    # the handout's lines open the inputs by these flags: where each one was found
-    args.pretrain_corpus_path, args.finetune_corpus_path = args.corpus_path, args.finetune_path
-    args.eval_corpus_path = args.eval_path
-    text = inputs.read_text(args.corpus_path, 'pretrain_corpus_path')
-    vocab = inputs.check_corpus(args.corpus_path, stages.corpus_text(args, text))
-    if args.finetune_path is not None:  # (also a pretraining mix's questions)
-        inputs.check_finetune(args.finetune_path, vocab)
+        for path in (corpus_path, finetune_path, eval_path))
+    command = dataclasses.replace(command, pretrain_corpus_path=corpus_path,
+                                  finetune_corpus_path=finetune_path, eval_corpus_path=eval_path)
+    text = inputs.read_text(corpus_path, 'pretrain_corpus_path')
+    vocab = inputs.check_corpus(corpus_path, stages.corpus_text(command, text))
+    if finetune_path is not None:  # (also a pretraining mix's questions)
+        inputs.check_finetune(finetune_path, vocab)
     if args.plain and args.function == 'evaluate':  # the handout's loop: what it cannot take
-        inputs.check_plain_questions(args.eval_path, vocab)
+        inputs.check_plain_questions(eval_path, vocab)
+    return command
 
 
 def claim_outputs(args, training):

@@ -13,7 +13,6 @@ import torch
 
 from engine.training import checkpoint
 from engine import common
-from engine import devices
 from engine import distributed
 from engine.command import flags
 from engine.command import inputs, params
@@ -115,10 +114,9 @@ def evaluate(gpt, args, vocab, device):
     batches) to the questions of --eval_corpus_path (each line checked, blank lines answered
     blank), one a line in --outputs_path written whole or not at all, scored as
     utils.evaluate_places scores a well-formed file; the handout's printed line; the record."""
-    prompts, gold_lines = inputs.read_evaluation(args.eval_path, vocab.stoi, args.strict)
+    prompts, gold_lines = inputs.read_evaluation(args.eval_corpus_path, vocab.stoi, args.strict)
     stages.say_edition(args)
-    precision = devices.pick_precision(args.precision, device, training=False)
-    predictions = predict(gpt, prompts, vocab, device, precision, args.eval_batch_size)
+    predictions = predict(gpt, prompts, vocab, device, args.precision, args.eval_batch_size)
 
     def write(tmp):
         with open(tmp, 'w', encoding='utf-8') as fout:
@@ -126,8 +124,8 @@ def evaluate(gpt, args, vocab, device):
                 fout.write(pred + '\n')
     common.atomic_write(args.outputs_path, write)
     total, correct = inputs.score_places(gold_lines, predictions)
-    write_record(args, args.outputs_path, device, precision=precision,
-                 eval_corpus_path=inputs.shown(args.eval_path), questions=len(predictions),
+    write_record(args, args.outputs_path, device, precision=args.precision,
+                 eval_corpus_path=inputs.shown(args.eval_corpus_path), questions=len(predictions),
                  correct=int(correct) if total > 0 else None)
     if total > 0:
         print(f'Correct: {correct} out of {total}: {correct/total*100}%')

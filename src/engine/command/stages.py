@@ -1,7 +1,7 @@
 """Engine (free to change): a command's stages set up: the device and the seeds, the settings
 line, the model's config and each training stage's TrainerConfig.
 
-Each takes the checked Args (flags.py) and what run.py hands it of the handout's code (its
+Each takes the command (flags.Command, what check_args decided) and what run.py hands it of the handout's code (its
 configs, its datasets): a preset's values where it has its own (presets.py), the flags typed
 over them, and how this machine runs them."""
 import os
@@ -14,7 +14,6 @@ from engine.machine import cpu_load
 from engine.machine import cpu_paths
 from engine.command import cpu_recipe
 from engine import datafiles
-from engine import devices
 from engine import distributed
 from engine import presets
 
@@ -49,7 +48,7 @@ def device(args):
     model as the 2024-25 starter chooses, else the CPU; under torchrun this rank's GPU), with
     the run's random numbers seeded (seeds) and its settings said where they are not the
     handout's (settings_line)."""
-    where = distributed.init(devices.pick_device(args.device, args.variant))
+    where = distributed.init(args.device)
     python_seed, torch_seed = seeds(args)
     random.seed(python_seed)
     torch.manual_seed(torch_seed)
@@ -102,8 +101,7 @@ def settings_line(args, device_type, environ=os.environ):
         if defaults:
             parts.append(f'a GPU\'s defaults {" ".join(defaults)} (the same function, other '
                          'dropout draws than eager steps: --compile none --row_groups 1)')
-        if 'precision' not in typed and \
-                devices.pick_precision(args.precision, 'cuda', training=True) == 'fp16':
+        if 'precision' not in typed and args.precision == 'fp16':
             parts.append('--precision fp16, the default on a GPU without bf16 (autocast with '
                          'loss scaling; --precision fp32 computes as the handout does)')
     parts += [f'${name}={environ[name]}' for name in NUMBERS_ENV if environ.get(name)]
@@ -136,17 +134,17 @@ def stage_of(args, function):
 
 
 def training(args, function, data, tconf, device, writer, pretrain_dataset=None,
-             questions=None):
-    """(The training set, its TrainerConfig) of a training command: `data` and `tconf` the
-    handout's (run.py's); a CPU preset's data where it has its own (cpu_recipe.training_data:
-    not the handout's; `questions`, the handout's NameDataset, reads its questions), and
-    trainer_config's settings. `pretrain_dataset`: the corpus's dataset, in finetuning."""
-    args.stage = stage_of(args, function)
+             questions=None, smaller=None):
+    """(The training set, its TrainerConfig) of the training command's stage (args.stage; run.py
+    names its `function`): `data` and `tconf` the handout's (run.py's); a CPU preset's data
+    where it has its own (cpu_recipe.training_data: not the handout's; `questions`, the
+    handout's NameDataset, reads its questions), and trainer_config's settings.
+    `pretrain_dataset`: the corpus's dataset, in finetuning; `smaller`: fit_model's."""
     vocab = pretrain_dataset if pretrain_dataset is not None else data
     length = len(vocab)  # the handout's schedule counts the pretraining corpus's examples
     if presets.recipe(args.preset):
         data, length = cpu_recipe.training_data(args, args.stage, vocab, data, length, questions)
-    tconf = trainer_config(args, args.stage, tconf, length, device, writer)
+    tconf = trainer_config(args, args.stage, tconf, length, device, writer, smaller)
     return data, tconf
 
 
@@ -162,11 +160,12 @@ def row_groups(args, stage):
     return presets.GPU['row_groups'] if recorded_pretraining else 0
 
 
-def trainer_config(args, stage, tconf, schedule_length, device, writer=None):
+def trainer_config(args, stage, tconf, schedule_length, device, writer=None, smaller=None):
     """The TrainerConfig a stage trains with: run.py's (the handout's values), with a CPU
     preset's own values in their place (its final_tokens counting `schedule_length` examples),
     the flags typed (--max_epochs, --batch_size, --num_workers, the learning rates) and how this
-    machine runs it (device, precision, compile, row groups, resume, time budget)."""
+    machine runs it (device, the command's precision, compile, row groups, resume, time budget;
+    `smaller`, a CPU recipe's model the plan may train instead: cpu_recipe.fit_model)."""
     values = dict(vars(tconf))
     if args.preset != 'handout':
         preset = presets.stage_values(args.preset, stage, args.edition)
@@ -183,8 +182,7 @@ def trainer_config(args, stage, tconf, schedule_length, device, writer=None):
     budget = args.time_budget if args.time_budget is not None else presets.time_budget(args.preset, stage)
     values.update(
         writer=writer, device=device,
-        precision=devices.pick_precision(args.precision, device, training=True,
-                                         measure=presets.adapts(args.preset)),
+        precision=args.precision,
         compile=args.compile, row_groups=row_groups(args, stage),
         path_cache=cpu_paths.default_path_cache(),
         log_every=1 if device == 'cpu' else presets.GPU['log_every'],
@@ -195,7 +193,7 @@ def trainer_config(args, stage, tconf, schedule_length, device, writer=None):
         checkpoint_seconds=0 if device == 'cpu' else presets.GPU['checkpoint_seconds'],
         time_budget=None if budget is None else budget * 60, start_time=args.started,
         budget_may_grow=args.time_budget is None or args.time_budget_share,
-        budget_after=args.time_budget_after, smaller=args.smaller,
+        budget_after=args.time_budget_after, smaller=smaller, turn=args.member,
         notes=(presets.edition_note(args.edition, args.edition_from),))
     tconf = type(tconf)(**values)
     if tconf.precision == 'bf16' and device.startswith('cuda') and distributed.rank() == 0:

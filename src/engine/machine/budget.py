@@ -23,7 +23,6 @@ A budget may also hold what follows the training (config.budget_after: that many
 run's own pace, main.sh's finetuning): that time is kept at its end as it is measured, beside a
 smaller margin the plan may not run into (an overrun would come out of what follows).
 """
-import math
 import statistics
 import time
 

@@ -12,7 +12,6 @@ from engine.training.checkpoint import Resumable
 from engine.machine.cpu_load import FollowLoad, SawLoad
 from engine.machine.plan import follows
 from engine.training.progress import EpochClock
-from engine.training import turns
 
 
 class Notes:
@@ -43,7 +42,6 @@ def for_run(run):
     if config.notes:
         extras.append(Notes(config.notes))
     extras.append(EpochClock(run.clock))
-    member = turns.current()
-    if member is not None:  # beside other commands in this process: its turn ends
-        extras.append(member)
+    if config.turn is not None:  # beside other commands in this process: its turn ends
+        extras.append(config.turn)
     return extras

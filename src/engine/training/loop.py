@@ -11,7 +11,6 @@ on_step_end, on_epoch_end, on_train_end: extras.py).
 The run's state is one object (Run), which the Trainer (trainer.py) makes and hands in;
 nothing here imports a handout file.
 """
-import math
 import time
 
 import torch
@@ -53,6 +52,8 @@ class Settings:
     resume_path, resume, checkpoint_every, checkpoint_seconds = None, False, 0, 0
     time_budget, start_time, budget_may_grow, budget_after = None, None, False, 0
     follow_load, under_load, smaller = False, None, None
+    # the team member the command runs as beside others in its process (turns.py), or None
+    turn = None
     # lines for stderr once the run's checks are passed, as its first step begins (the edition
     # it follows: a refused run's error stays its only line)
     notes = ()

@@ -1,9 +1,9 @@
 """Engine (free to change): a command's stages set up: the device and the seeds, the settings
 line, the model's config and each training stage's TrainerConfig.
 
-Each takes the command (flags.Command, what check_args decided) and what run.py hands it of the handout's code (its
-configs, its datasets): a preset's values where it has its own (presets.py), the flags typed
-over them, and how this machine runs them."""
+Each takes the command (flags.Command: what check_args decided) and what run.py hands it of
+the handout's code (its configs, its datasets): a preset's values where it has its own
+(presets.py), the flags typed over them, and how this machine runs them."""
 import os
 import random
 import sys

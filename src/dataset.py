@@ -1,4 +1,4 @@
-# [engine] Handout file: the starter's dataset.py (its examples and lengths: tests/test_dataset.py).
+# [engine] Handout file: the starter's dataset.py (its examples and lengths: tests/handout/test_dataset.py).
 import argparse
 import random
 
@@ -6,7 +6,6 @@ import torch
 from torch.utils.data import Dataset
 
 from engine import datafiles, presets  # [engine]
-from engine.command import inputs  # [engine]
 
 MASK_CHAR = u"\u2047"  # [engine] the two reserved characters, for the code that imports them
 PAD_CHAR = u"\u25A1"  # [engine]
@@ -37,7 +36,7 @@ class NameDataset(Dataset):
         self.block_size = pretraining_dataset.block_size
         self.data = list(data.encode('utf-8').decode('ascii', errors='ignore').split('\n'))
         # [engine] each line checked (one error line naming it), blank ones and CRLF's '\r' dropped,
-        self.data = inputs.question_lines(self.data, self.stoi)  # [engine] and one '' last, as here
+        self.data = datafiles.question_lines(self.data, self.stoi)  # [engine] and one '' last, as here
 
     def __len__(self):
         # returns the length of the dataset (the '\n'-split's last piece is the empty string)
@@ -101,7 +100,7 @@ class CharCorruptionDataset(Dataset):
         #[2021-22 2022-23] self.PAD_CHAR = u"\u25A1" # the empty square character, for pad
 
         chars = list(sorted(list(set(data))))
-        inputs.refuse_reserved(chars, (self.MASK_CHAR, self.PAD_CHAR))  # [engine] one error line
+        datafiles.refuse_reserved(chars, (self.MASK_CHAR, self.PAD_CHAR))  # [engine] one error line
         assert self.MASK_CHAR not in chars
         assert self.PAD_CHAR not in chars
         chars.insert(0, self.MASK_CHAR)

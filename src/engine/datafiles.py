@@ -1,4 +1,5 @@
-"""Engine (free to change): the data files, set up and found.
+"""Engine (free to change): the data files, set up and found, and the checks the handout's
+datasets (dataset.py) make of what they read.
 
     python src/engine/datafiles.py [FOLDER]   # data/ as it is where it holds every file; else
                                               # copied from FOLDER (your starter's) or $A5_DATA_DIR
@@ -152,6 +153,48 @@ def main():
         sys.exit(2)
     ready = [n for n in sorted(checksums()) if os.path.isfile(os.path.join(DATA, n))]
     print(f'data/ ready: {", ".join(ready)}')
+
+
+# ---- what the handout's datasets read, checked as they read it (dataset.py's marked lines) --
+
+class Reserved(UsageError):
+    """A corpus holds one of the vocabulary's reserved characters (`char`)."""
+
+    def __init__(self, message, char):
+        super().__init__(message)
+        self.char = char
+
+
+def refuse_reserved(chars, reserved):
+    """CharCorruptionDataset's check of its corpus's characters `chars`: a Reserved error for the
+    first of `reserved` (MASK_CHAR, PAD_CHAR) among them, naming it (the starter asserts)."""
+    for special in reserved:
+        if special in chars:
+            name = {0x2047: 'MASK_CHAR', 0x25A1: 'PAD_CHAR'}.get(ord(special), 'a reserved character')
+            raise Reserved(f'the pretraining corpus contains {name} {special} (U+{ord(special):04X}), '
+                           'which is reserved for masking/padding', special)
+
+
+def question_lines(lines, stoi):
+    """NameDataset's lines (its text split at '\n', non-ASCII dropped) checked one by one: each
+    non-blank one is "question<TAB>place" in the vocabulary `stoi` (else an error naming the
+    line); blank lines and CRLF's '\r' dropped; one '' last, where the split of a file ending in
+    a newline has it (the handout's dataset counts len - 1 examples): the last line of a file
+    without a final newline is an example too."""
+    kept = []
+    for lineno, line in enumerate(lines, 1):
+        line = line.rstrip('\r')
+        if not line.strip():
+            continue
+        if line.count('\t') != 1:
+            raise UsageError(f'finetune corpus line {lineno}: expected "question<TAB>place", '
+                             f'found {line.count(chr(9))} tabs: {line[:60]!r}')
+        unknown = sorted(set(line.replace('\t', '')) - set(stoi))
+        if unknown:
+            raise UsageError(f'finetune corpus line {lineno}: character {unknown[0]!r} is not '
+                             f'in the pretraining vocabulary')
+        kept.append(line)
+    return kept + ['']
 
 
 if __name__ == '__main__':

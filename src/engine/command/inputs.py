@@ -10,6 +10,7 @@ import sys
 import tempfile
 
 from engine import datafiles, presets
+from engine.datafiles import Reserved, question_lines, refuse_reserved
 from engine.command import paths
 from engine.common import UsageError
 from engine.fast.decode import mask_of
@@ -81,24 +82,6 @@ def read_text(path, flag, lines=False):
         raise UsageError(f'{flag} {shown(path)}: not UTF-8 text ({e.reason} at byte {e.start})')
 
 
-class Reserved(UsageError):
-    """A corpus holds one of the vocabulary's reserved characters (`char`)."""
-
-    def __init__(self, message, char):
-        super().__init__(message)
-        self.char = char
-
-
-def refuse_reserved(chars, reserved):
-    """CharCorruptionDataset's check of its corpus's characters `chars`: a Reserved error for the
-    first of `reserved` (MASK_CHAR, PAD_CHAR) among them, naming it (the starter asserts)."""
-    for special in reserved:
-        if special in chars:
-            name = {0x2047: 'MASK_CHAR', 0x25A1: 'PAD_CHAR'}.get(ord(special), 'a reserved character')
-            raise Reserved(f'the pretraining corpus contains {name} {special} (U+{ord(special):04X}), '
-                           'which is reserved for masking/padding', special)
-
-
 def read_corpus(corpus_path, make, edition=None, text=None):
     """The pretraining corpus's dataset, make(text, block size) (the handout's
     CharCorruptionDataset, which also gives every stage its vocabulary; wiki.txt as `edition`
@@ -143,28 +126,6 @@ def check_plain_questions(path, chars):
         if unknown:
             raise UsageError(f'--eval_corpus_path {shown(path)} line {lineno}: character '
                              f'{unknown[0]!r} is not in the pretraining vocabulary')
-
-
-def question_lines(lines, stoi):
-    """NameDataset's lines (its text split at '\n', non-ASCII dropped) checked one by one: each
-    non-blank one is "question<TAB>place" in the vocabulary `stoi` (else an error naming the
-    line); blank lines and CRLF's '\r' dropped; one '' last, where the split of a file ending in
-    a newline has it (the handout's dataset counts len - 1 examples): the last line of a file
-    without a final newline is an example too."""
-    kept = []
-    for lineno, line in enumerate(lines, 1):
-        line = line.rstrip('\r')
-        if not line.strip():
-            continue
-        if line.count('\t') != 1:
-            raise UsageError(f'finetune corpus line {lineno}: expected "question<TAB>place", '
-                             f'found {line.count(chr(9))} tabs: {line[:60]!r}')
-        unknown = sorted(set(line.replace('\t', '')) - set(stoi))
-        if unknown:
-            raise UsageError(f'finetune corpus line {lineno}: character {unknown[0]!r} is not '
-                             f'in the pretraining vocabulary')
-        kept.append(line)
-    return kept + ['']
 
 
 def check_finetune(path, chars):

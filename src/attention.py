@@ -1,4 +1,4 @@
-# [engine] Handout file: the starter's attention.py (names, keys fixed: tests/test_model_compat.py).
+# [engine] Handout file: the starter's attention.py (names, keys fixed: tests/handout/test_model_compat.py).
 # [engine] Each forward is the handout's math, the fused kernel a branch beside it
 # [engine] (engine/fast/fastmodel.py).
 """

@@ -1,4 +1,4 @@
-# [engine] Handout file: the starter's london_baseline.py (its lines: tests/test_cli.py).
+# [engine] Handout file: the starter's london_baseline.py (its lines: tests/handout/test_cli.py).
 # [2024-25] TODO: [part d]
 # Compute the accuracy of a baseline that answers "London" to every question of the dev set.
 # Hint: the starter's utilities already score a list of predictions; a few lines suffice.

@@ -1,5 +1,5 @@
 # [engine] Handout file: the starter's model.py, models.py in the 2024-25 edition (names,
-# [engine] state_dict keys fixed: tests/test_model_compat.py). Its forwards compute every training
+# [engine] state_dict keys fixed: tests/handout/test_model_compat.py). Its forwards compute every training
 # [engine] step and loss; the engine (engine/fast/fastmodel.py) is reached on marked lines only.
 # [engine] The evaluation's batched, cached decoder is the one other forward (engine/fast/decode.py).
 """

@@ -1,5 +1,5 @@
 # [engine] Handout file: the starters' run.py, every edition's (its flags, printed lines and files:
-# [engine] tests/test_cli.py; how a starter is read out of it: scripts/grading/starter.py).
+# [engine] tests/handout/test_cli.py; how a starter is read out of it: scripts/grading/starter.py).
 # [engine] The engine (src/engine/) attaches on the lines marked [engine]: checks of every input
 # [engine] before any work, presets, time budgets, resume, batched decoding, files written whole.
 import random
@@ -77,7 +77,7 @@ def main(argv=None, member=None):  # [wrapper] member: run_all --one_process's t
             device = 'mps'
         # [2021-22 2022-23] Save the device
         #[2021-22 2022-23] device = torch.cuda.current_device() if torch.cuda.is_available() else 'cpu'
-        device = stages.device(args)  # [engine] --device; torchrun's rank's GPU; seeds as its edition
+        device = stages.start(args)  # [engine] --device; torchrun's rank's GPU; seeds as its edition
 
         # [2022-23 2024-25] TensorBoard training log
         writer = SummaryWriter(log_dir='expt/%s/%s_%s_pt_lr_%f_ft_lr_%f' % (  # [2024-25]

@@ -1,4 +1,4 @@
-# [engine] Handout file: the starter's trainer.py (names, results fixed: tests/test_fast_paths.py).
+# [engine] Handout file: the starter's trainer.py (names, results fixed: tests/engine/test_fast_paths.py).
 # [engine] Trainer.train runs the engine's loop (engine/training/loop.py: the same steps, faster at the
 # [engine] same results, resumable, fitted to the machine) unless TrainerConfig.engine is False;
 # [engine] then it runs the starter's own loop below, as a student's copy would.

@@ -1,4 +1,4 @@
-# [engine] Handout file: the starter's utils.py (its names: tests/test_starter_names.py).
+# [engine] Handout file: the starter's utils.py (its names: tests/handout/test_starter_names.py).
 # [engine] The commands score with the engine's reading of a questions file (engine.command.inputs
 # [engine] .score_places: blank lines and CRLF ends allowed), which counts as evaluate_places does
 # [engine] on a well-formed file, and decode with the batched engine.fast.decode, which answers as

@@ -1,15 +1,14 @@
-"""Tests import the modules of src/ the way run.py does (`import dataset`, `import model`)."""
+"""The whole suite's setup. Tests import the modules of src/ the way run.py does (`import
+dataset`, `import model`), and the helpers they share from this folder (`from support import
+REPO`, tiny_run, handout_reference); each job's folder adds its own (its conftest.py)."""
 import atexit
 import os
 import shutil
 import sys
 import tempfile
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SRC = os.path.join(REPO, 'src')
-if SRC not in sys.path:
-    sys.path.insert(0, SRC)
-RUN = os.path.join(REPO, 'src', 'run.py')
+TESTS = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [p for p in (os.path.join(os.path.dirname(TESTS), 'src'), TESTS) if p not in sys.path]
 
 # Every run.py the suite starts (in process or as a child) leaves the user's files and its own
 # output alone: the measured CPU choices go to a file of this session's, not the user's cache,
@@ -25,19 +24,6 @@ os.environ['CS224N_THREADS'] = 'fixed'
 _WORKERS = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1'))
 if _WORKERS > 1 and 'OMP_NUM_THREADS' not in os.environ:
     os.environ['OMP_NUM_THREADS'] = str(max(1, (os.cpu_count() or 1) // _WORKERS))
-
-# Made-up people and places for tiny corpora and TSVs (the CLI tests train on these)
-PEOPLE = [('Ada Brook', 'London'), ('Ben Carter', 'Paris'), ('Cleo Dunn', 'Berlin'),
-          ('Dan Evans', 'Rome'), ('Eve Fox', 'Madrid'), ('Finn Gray', 'Dublin'),
-          ('Gus Hale', 'Vienna'), ('Hana Ito', 'Tokyo'), ('Ivan Jones', 'Moscow'),
-          ('Jude Kim', 'Seoul'), ('Kai Lowe', 'Oslo'), ('Lena Marx', 'Prague'),
-          ('Milo Nash', 'Lisbon'), ('Nora Owen', 'Athens'), ('Otto Pike', 'Zurich'),
-          ('Pia Quinn', 'Quebec'), ('Rex Stone', 'Cairo'), ('Sara Tate', 'Lima'),
-          ('Tom Ueda', 'Kyoto'), ('Uma Vale', 'Delhi'), ('Vera Wolf', 'Warsaw'),
-          ('Walt Xu', 'Beijing'), ('Yuri Zane', 'Kiev'), ('Zoe Abel', 'Geneva'),
-          ('Amy Bell', 'Boston'), ('Bob Cole', 'Chicago'), ('Cy Dow', 'Denver'),
-          ('Di Ely', 'Exeter'), ('Ed Ford', 'Florence'), ('Flo Gibb', 'Glasgow'),
-          ('Gil Hart', 'Havana'), ('Hal Irwin', 'Istanbul')]
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -68,14 +54,3 @@ DEVICES = [
 @pytest.fixture(params=DEVICES)
 def device(request):
     return request.param
-
-
-class LossLog:
-    """A tensorboard writer stand-in for trainer.TrainerConfig(writer=...): the losses logged."""
-
-    def __init__(self):
-        self.values = []
-
-    def add_scalar(self, tag, value, step):
-        if tag == 'train/loss':
-            self.values.append(value)

@@ -5,7 +5,7 @@ import os
 import torch
 
 import model
-from conftest import PEOPLE
+from support import PEOPLE
 
 FAST = ['--batch_size', '8', '--precision', 'fp32', '--device', 'cpu']
 ENV = dict(os.environ, PYTHONIOENCODING='utf-8', PYTHONUNBUFFERED='1')
@@ -37,7 +37,7 @@ def tiny_gpt(**extra):
 def stage_config(args, stage, length, device='cpu'):
     """The TrainerConfig run.py trains `stage` with ('pretrain', 'finetune_scratch',
     'finetune_pretrained'): its handout values (run.py's own TrainerConfig for the edition,
-    which presets.HANDOUT mirrors: tests/test_schedule.py), through stages.trainer_config, for a
+    which presets.HANDOUT mirrors: tests/engine/test_schedule.py), through stages.trainer_config, for a
     pretraining corpus of `length` examples."""
     from engine import presets
     from engine.command import stages

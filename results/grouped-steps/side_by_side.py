@@ -26,7 +26,7 @@ import torch  # noqa: E402
 import dataset  # noqa: E402
 import model  # noqa: E402
 from engine import presets  # noqa: E402
-from engine.training import loop  # noqa: E402
+from engine.training import optim  # noqa: E402
 from engine.fast.batches import collate, trim_padding  # noqa: E402
 from engine.fast.fastpath import kept_lengths  # noqa: E402
 
@@ -84,7 +84,7 @@ def grouped(m, x, y):
 
 def seconds_a_step(step, fast):
     m = build(fast).train()
-    opt = torch.optim.AdamW(loop.optimizer_groups(m, 0.1), lr=6e-4, betas=(0.9, 0.95))
+    opt = torch.optim.AdamW(optim.optimizer_groups(m, 0.1), lr=6e-4, betas=(0.9, 0.95))
     times = []
     for i, (x, y) in enumerate(batches):
         start = time.perf_counter()

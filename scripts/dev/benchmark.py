@@ -45,7 +45,7 @@ import dataset  # noqa: E402
 from engine import devices  # noqa: E402
 import model  # noqa: E402
 from engine import presets  # noqa: E402
-from engine.training import loop  # noqa: E402
+from engine.training import optim  # noqa: E402
 import trainer  # noqa: E402
 import utils  # noqa: E402
 from engine.datafiles import resolve  # noqa: E402
@@ -75,7 +75,7 @@ def epoch_after_epoch(loader):
 def plain_steps(gpt, data, batch, steps, device):
     """The handout's Trainer loop body, fp32, for `steps` steps; returns seconds per step."""
     gpt.to(device).train()
-    opt = torch.optim.AdamW(loop.optimizer_groups(gpt, 0.1), lr=6e-4, betas=(0.9, 0.95))
+    opt = torch.optim.AdamW(optim.optimizer_groups(gpt, 0.1), lr=6e-4, betas=(0.9, 0.95))
     loader = DataLoader(data, batch_size=batch, shuffle=True, num_workers=0)
     it = epoch_after_epoch(loader)
     times = []

@@ -47,8 +47,8 @@ throughput() {  # SECONDS LABEL FLAGS...: scripts/dev/throughput.py's rows into 
 if [ "$call" = 1 ]; then
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$summary"
   say "CUDA tests: models as threads of one process against each alone; recorded steps; rows in groups"
-  limited 45 "$work/tests.log" "$py" -m pytest -q -p no:cacheprovider tests/test_turns.py \
-    tests/test_graphs.py tests/test_fast_paths.py -k "cuda and (members or graph or groups)"
+  limited 45 "$work/tests.log" "$py" -m pytest -q -p no:cacheprovider tests/engine/test_turns.py \
+    tests/engine/test_graphs.py tests/engine/test_fast_paths.py -k "cuda and (members or graph or groups)"
   tail -3 "$work/tests.log" | tee -a "$summary"
   say "throughput, bf16: 1, 2, 3 and 5 models pretraining at once, as threads, then as processes"
   throughput 120 bf16 --models 1 2 3 5 --way threads processes --seconds 6 --precision bf16

@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchmark  # noqa: E402  (its sys.path holds src/)
 from engine import presets  # noqa: E402
 from engine.fast import graphs  # noqa: E402
-from engine.training import loop  # noqa: E402
+from engine.training import loop, optim  # noqa: E402
 from engine.fast.batches import batch_indices, collate  # noqa: E402
 from engine.datafiles import resolve  # noqa: E402
 from engine.devices import autocast  # noqa: E402
@@ -129,7 +129,7 @@ def measure(wiki, batches, device, precision, attention, preset, recorded, group
                                                   row_groups=groups)[0]
         cast = autocast(device, precision)
         gpt = fresh()
-        optimizer = loop.make_optimizer(gpt, config, 6e-4)
+        optimizer = optim.make_optimizer(gpt, config, 6e-4)
         out['calls'] = out['replay'] = None
         out['replayed'] = []
         if recorded:
@@ -146,7 +146,7 @@ def measure(wiki, batches, device, precision, attention, preset, recorded, group
             out['replayed'] = kernels_of(prof, device)
         eager = trainer.TrainerConfig(**{**vars(config), 'compile': False})
         gpt = fresh()
-        optimizer = loop.make_optimizer(gpt, eager, 6e-4)
+        optimizer = optim.make_optimizer(gpt, eager, 6e-4)
         step = lambda b: loop.train_step(gpt, optimizer, cast, *b, eager, torch.device(device))  # noqa: E731
         for b in batches[:2]:
             step(b)

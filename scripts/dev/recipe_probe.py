@@ -149,7 +149,7 @@ def train_steps(gpt, data, steps, learning_rate, warmup_steps, batch_size, weigh
                 decay_rule=presets.MINGPT_TRAINER['decay_rule'], schedule='cosine'):
     """`steps` batches of `data` (one pass), the learning rate warmed up over `warmup_steps` and
     decayed by the cosine to its floor at the last step; the weight decay on the parameters
-    `decay_rule` names (loop.optimizer_groups); schedule 'wsd': the peak held until the last
+    `decay_rule` names (optim.optimizer_groups); schedule 'wsd': the peak held until the last
     fifth, then a straight line to the floor (TrainerConfig.decay_share, engine/machine/budget.py)."""
     row = (presets.BLOCK_SIZE - 1) * batch_size
     tconf = trainer.TrainerConfig(max_epochs=1, batch_size=batch_size,

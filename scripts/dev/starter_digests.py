@@ -1,4 +1,4 @@
-"""The statement digests of a public starter, which tests/test_starter.py holds each generated
+"""The statement digests of a public starter, which tests/handout/test_starter.py holds each generated
 starter against (tests/data/*_starter_statements.json): the public code is not ours to copy, so
 only a hash of each statement is kept.
 

@@ -50,9 +50,11 @@ class Clock:
         return time.time() - self.warm >= self.seconds
 
 
-def pretrain(seconds, device, precision, compile_, seed=0, lines=None, batch=None, groups=0):
+def pretrain(seconds, device, precision, compile_, seed=0, lines=None, batch=None, groups=0,
+             turn=None):
     """One vanilla pretraining for `seconds` after a warm-up epoch: (step end times, warm-up
-    end). lines, batch: wiki.txt's first lines only, another batch size (the tests')."""
+    end). lines, batch: wiki.txt's first lines only, another batch size (the tests'); turn: the
+    team member it trains as (turns.py), or None."""
     utils.set_seed(seed)
     with open(resolve('wiki.txt', 'wiki.txt'), encoding='utf-8') as f:
         text = f.read() if lines is None else ''.join(line for _, line in zip(range(lines), f))
@@ -62,7 +64,7 @@ def pretrain(seconds, device, precision, compile_, seed=0, lines=None, batch=Non
     batch = batch or presets.stage_values('handout', 'pretrain')['batch_size']
     tconf = trainer.TrainerConfig(max_epochs=10 ** 6, batch_size=batch, learning_rate=6e-4,
                                   device=device, precision=precision, compile=compile_,
-                                  row_groups=groups, log_every=25)
+                                  row_groups=groups, log_every=25, turn=turn)
     clock = Clock(seconds)
     job = trainer.Trainer(gpt, wiki, None, tconf)
     job.run.callbacks.append(clock)
@@ -86,8 +88,8 @@ def as_threads(n, seconds, device, precision, **data):
 
     def member(i):
         try:
-            with team.member(f'model{i}'):
-                runs[i] = pretrain(seconds, device, precision, False, seed=i, **data)
+            with team.member(f'model{i}') as turn:
+                runs[i] = pretrain(seconds, device, precision, False, seed=i, turn=turn, **data)
         except BaseException as e:  # (reported below, not lost in a thread)
             errors.append(e)
     threads = [threading.Thread(target=member, args=(i,)) for i in range(n)]

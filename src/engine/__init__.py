@@ -4,7 +4,7 @@ The handout's files (src/*.py: dataset, attention, model, models, trainer, run, 
 london_baseline) keep the starter's names, keys and printed lines and call this package at a few
 named points. Nothing here is the handout's, and nothing here imports a handout file: what it
 needs of them is handed to it. Four rooms by job, each importing only from the rooms below it
-(tests/test_starter_names.py); each module says what it holds in its first line:
+(tests/handout/test_starter_names.py); each module says what it holds in its first line:
 
   command/   the command: run.py's flags and their checks (flags), the stages it sets up
              (stages: device, seeds, settings line, configs), the files it reads (inputs,

@@ -24,7 +24,7 @@ def init(device):
     # test on 2 CPU cores with 4 busy loops beside it; 0 in 80 since). For destroying to end the
     # threads, nothing else may hold the group: torch.distributed.nn (torch 2.13) binds it as a
     # default argument of its functions when first imported (DDP imports it), so it is imported
-    # before the group exists. tests/test_resume.py checks that no gloo thread is left.
+    # before the group exists. tests/engine/test_resume.py checks that no gloo thread is left.
     import torch.distributed.nn  # noqa: F401
     dist.init_process_group('nccl' if device == 'cuda' else 'gloo')
     atexit.register(dist.destroy_process_group)

@@ -21,7 +21,7 @@ BOTTLENECK_DIM = 32  # --bottleneck_dim default; the perceiver handout's command
 
 # The handout's trainer.py: its DataLoader takes the dataset in its order (no shuffle), and its
 # optimizer decays every parameter whose name has neither "bias" nor "LayerNorm.weight" in it
-# (TrainerConfig.shuffle, .decay_rule; loop.optimizer_groups). Its learning rate follows the
+# (TrainerConfig.shuffle, .decay_rule; optim.optimizer_groups). Its learning rate follows the
 # cosine from the warmup on (decay_share None: no rate held at its peak, engine/training/schedule.py).
 HANDOUT_TRAINER = dict(shuffle=False, decay_rule='names', decay_share=None)
 HANDOUT = {
@@ -223,7 +223,7 @@ CPU_MIX = dict(
 # What cpu-20min's runs (`bash scripts/main.sh`) trained and answered by the machine's load, which
 # a run that trained fewer steps than the idle ones names at its end (cpu_load.SawLoad). A
 # setting of the preset, summed up from its runs on results/cpu-20min/ (runs 16-31, the rate held
-# at its peak; tests/test_results_figures.py recomputes it from them); nothing reads that page.
+# at its peak; tests/scripts/test_results_figures.py recomputes it from them); nothing reads that page.
 CPU_20MIN_UNDER_LOAD = dict(
     source='results/cpu-20min/README.md: runs 16-31, the rate held at its peak',
     runs={

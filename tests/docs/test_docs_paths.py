@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from conftest import REPO
+from support import REPO
 from engine import datafiles
 
 NOT_OURS = {
@@ -25,13 +25,6 @@ TOKEN = re.compile(r'`([^`\s]+)`|\]\(([^)\s]+)\)')
 PATHLIKE = re.compile(r'[\w.\-/*+]+')
 
 
-def documents():
-    out = subprocess.run(['git', 'ls-files', '*.md'], cwd=REPO, capture_output=True, text=True)
-    if out.returncode != 0:
-        pytest.skip('not a git checkout')
-    return out.stdout.split()
-
-
 def named_paths(text):
     """(line, path) for each path-like name in a document's text."""
     for m in TOKEN.finditer(text):
@@ -42,9 +35,9 @@ def named_paths(text):
         yield text.count('\n', 0, m.start()) + 1, name
 
 
-def test_every_path_a_document_names_exists():
+def test_every_path_a_document_names_exists(tracked):
     missing = []
-    for doc in documents():
+    for doc in (name for name in tracked if name.endswith('.md')):
         with open(os.path.join(REPO, doc), encoding='utf-8') as f:
             text = f.read()
         here = os.path.dirname(os.path.join(REPO, doc))

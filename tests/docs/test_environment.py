@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from support import REPO
 ENV_YML = os.path.join(REPO, 'environment.yml')
 REQUIREMENTS = [os.path.join(REPO, 'requirements.txt'), os.path.join(REPO, 'requirements-test.txt')]
 CONDA_TO_PIP = {'pytorch': 'torch', 'matplotlib-base': 'matplotlib'}  # conda-forge names unlike PyPI's

@@ -8,7 +8,7 @@ import os
 import pytest
 
 import run
-from conftest import REPO
+from support import REPO
 from engine.command import flags
 from tiny_run import CORPUS, FAST, TRAIN, tsv
 

@@ -25,7 +25,7 @@ import dataset
 import model
 import run
 
-from conftest import RUN
+from support import RUN
 from tiny_run import FAST, ENV, CORPUS, VOCAB, TRAIN, DEV, OLD_PARAMS, OLD_PREDICTIONS, tsv, tiny_gpt
 
 
@@ -653,7 +653,6 @@ def test_gpu_params_evaluate_on_cpu(cli, ws, monkeypatch):
     assert calls == [dict(map_location='cpu', weights_only=True)]
     assert (ws / 'gpu.predictions').read_text().count('\n') == len(DEV)
     assert 'Correct: ' in out
-
 
 
 def test_evaluation_reads_its_file_once_so_a_pipe_is_scored(ws, tmp_path):

@@ -15,10 +15,9 @@ import dataset
 import model
 import trainer
 import utils
-from conftest import LossLog
+from support import SRC, LossLog
 
-TESTS = os.path.dirname(os.path.abspath(__file__))
-SRC = os.path.join(os.path.dirname(TESTS), 'src')
+HERE = os.path.dirname(os.path.abspath(__file__))  # (and support.py one folder up)
 CORPUS = '\n'.join(f'Person {i} was born in Town {i % 7}, wrote {i} books and died in City {i % 5}.'
                    for i in range(40))
 
@@ -156,7 +155,7 @@ def test_a_run_with_workers_lets_its_process_exit(tmp_path):
     """The workers ignore SIGTERM (a Ctrl-C is the run's to handle), so workers left building
     the next epoch would keep the interpreter from exiting where the Trainer lives to the end
     (the starter's run.py builds it at module level): the trainer closes them."""
-    script = (f'import sys; sys.path[:0] = [{SRC!r}, {TESTS!r}]\n'
+    script = (f'import sys; sys.path[:0] = [{SRC!r}, {HERE!r}, {os.path.dirname(HERE)!r}]\n'
               'import dataset, model, trainer, test_batches\n'
               'data = dataset.CharCorruptionDataset(test_batches.CORPUS, 64)\n'
               'gpt = model.GPT(model.GPTConfig(data.vocab_size, 64, n_layer=1, n_head=2, n_embd=16))\n'

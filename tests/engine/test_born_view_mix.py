@@ -11,7 +11,7 @@ import torch
 from engine.command import cpu_recipe
 import dataset
 from engine import presets
-from conftest import REPO
+from support import REPO, decode
 
 pytestmark = pytest.mark.slow  # (conftest.py: `-m "not slow"` leaves this file out)
 
@@ -72,10 +72,6 @@ def corpus_and_questions(questions_file='birth_places_train.tsv', edition='2021-
         pre = dataset.CharCorruptionDataset(f.read(), presets.BLOCK_SIZE, edition)
     with open(os.path.join(DATA, questions_file), encoding='utf-8') as f:
         return pre, dataset.NameDataset(pre, f.read())
-
-
-def decode(pre, t):
-    return ''.join(pre.itos[int(i)] for i in t)
 
 
 @pytest.mark.parametrize('edition', ['2021-23', '2024-25'])

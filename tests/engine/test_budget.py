@@ -13,23 +13,19 @@ import pytest
 import torch
 
 from engine import common
-from engine.training import loop
+from engine.training import loop, optim
 from engine.machine import measure
 from engine.machine import plan as planning
-from conftest import REPO
+from support import REPO
 import trainer
-from test_schedule import RecordingWriter, name_data, tiny_gpt  # noqa: F401 (name_data: a fixture)
+from support import Clock
+from test_schedule import RecordingWriter, tiny_gpt
 from tiny_run import command, preset_model, stage_config
 
 
-class FakeClock:
+def FakeClock():
     """The trainer's clock (TrainerConfig.clock): it moves only when a step advances it."""
-
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self):
-        return self.now
+    return Clock(1000.0)
 
 
 def budgeted_run(data, budget, max_epochs=4, seed=0, clock=None, **config):
@@ -372,7 +368,7 @@ def planned(args, data, clock):
     """run.py's model and plan for `args` on `data`: (plan, the model it trains)."""
     gpt, smaller = preset_model(args, len(data.stoi), data.block_size)
     tconf = stage_config(args, 'pretrain', len(data))
-    return planning.make(gpt, data, tconf, loop.train_step, loop.make_optimizer,
+    return planning.make(gpt, data, tconf, loop.train_step, optim.make_optimizer,
                          clock=clock, smaller=smaller)
 
 

@@ -13,7 +13,7 @@ from engine import datafiles
 from engine.command import inputs
 from engine.common import UsageError
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from support import REPO
 WIKI = os.path.join(REPO, 'data', 'wiki.txt')
 
 

@@ -16,7 +16,6 @@
   matches a plain handout loop (same seed, same batches, dropout 0) within float noise in fp32
   (also torch.compile'd) and within a small tolerance in bf16.
 """
-
 import functools
 import math
 
@@ -27,9 +26,9 @@ from torch.nn import functional as F
 import attention
 from engine import devices
 from engine.fast import fastpath
-from engine.training import loop
+from engine.training import loop, optim
 from engine.machine import plan as planning
-from conftest import LossLog
+from support import LossLog
 from engine.fast import batches
 import dataset
 import handout_reference
@@ -282,7 +281,7 @@ def test_cpu_bf16_training_takes_the_written_out_math(data):
     plain = tiny(pre.vocab_size, {}, fast=False, dropout=0.0)
     plain.load_state_dict(fast.state_dict())
     config = trainer.TrainerConfig(precision='bf16', batch_size=8)
-    plan, _ = planning.make(fast, pre, config, loop.train_step, loop.make_optimizer)
+    plan, _ = planning.make(fast, pre, config, loop.train_step, optim.make_optimizer)
     assert plan.precision == 'bf16' and plan.how is None
     assert {m.cpu_kernel for m in fast.modules() if hasattr(m, 'cpu_kernel')} == {False}
     losses = {}
@@ -722,7 +721,7 @@ def test_a_run_says_once_what_makes_it_other_than_the_handouts(extra, device, en
     args = checked_args(extra, monkeypatch, tmp_path, device=device)
     assert stages.settings_line(args, device) == said
     capsys.readouterr()
-    stages.device(args)
+    stages.start(args)
     out = capsys.readouterr().out
     assert out == ('' if said is None else said + '\n')
 
@@ -846,7 +845,7 @@ def test_fp16_steps_unscale_before_clipping_and_skip_an_overflow(data):
         assert cast.scaler.is_enabled() == (precision == 'fp16')
         if cast.scaler.is_enabled():
             cast.scaler = torch.amp.GradScaler('cpu', init_scale=2.0 ** 8)
-        optimizer = loop.make_optimizer(gpt, conf, conf.learning_rate)
+        optimizer = optim.make_optimizer(gpt, conf, conf.learning_rate)
         loop.train_step(gpt, optimizer, cast, x, y, conf, torch.device('cpu'))
         grads[precision] = torch.cat([p.grad.flatten() for p in gpt.parameters()])
     cosine = F.cosine_similarity(grads['fp16'], grads['fp32'], dim=0)

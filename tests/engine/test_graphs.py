@@ -12,32 +12,11 @@ from torch.utils.data import Subset
 
 import trainer
 import utils
-from conftest import LossLog
+from support import LossLog, Replays
 from engine.fast import graphs
 from engine.training import loop
 from test_fast_paths import (VARIANTS, assert_same_run, data, fast_and_plain,  # noqa: F401
                              spans_seen, tiny)
-from test_schedule import name_data  # noqa: F401 (a fixture)
-
-
-class Replays:
-    """CUDA graphs' stand-in: a recording runs nothing; a replay runs the step recorded."""
-
-    def __init__(self):
-        self.log = []
-
-    def eager(self, step):
-        self.log.append('eager')
-        return step()
-
-    def record(self, step, optimizer):
-        self.log.append('record')
-        loss = torch.zeros(())
-
-        def replay():
-            self.log.append('replay')
-            loss.copy_(step())
-        return replay, loss
 
 
 def train(pre, compile, variant='vanilla', steps=9, row_groups=0):

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from conftest import LossLog
+from support import LossLog
 from engine.training.progress import LossNotFinite, Progress
 
 

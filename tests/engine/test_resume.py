@@ -22,10 +22,10 @@ import torch
 import dataset
 import model
 import trainer
-from engine.training import loop
+from engine.training import loop, optim
 import utils
 
-from conftest import REPO, RUN
+from support import REPO, RUN
 from tiny_run import command, stage_config, FAST, ENV, CORPUS, DOCUMENTS, TRAIN, DEV, OLD_PARAMS, tsv
 
 pytestmark = pytest.mark.slow  # (conftest.py: `-m "not slow"` leaves this file out)
@@ -531,7 +531,7 @@ def test_a_resumed_run_takes_the_interrupted_runs_plan(tmp_path, monkeypatch):
     monkeypatch.setattr(cpu_paths, 'choose', measured)
     gpt = make()
     plan, _ = planning.make(gpt, data, trainer.TrainerConfig(**values, resume=True),
-                            loop.train_step, loop.make_optimizer, say=lambda *a, **k: None)
+                            loop.train_step, optim.make_optimizer, say=lambda *a, **k: None)
     assert (plan.precision, plan.kernel) == chosen and 'checkpoint' in plan.how
     assert all(m.cpu_kernel is False for m in gpt.modules() if hasattr(m, 'cpu_kernel'))
 

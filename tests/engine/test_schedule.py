@@ -8,8 +8,7 @@ import pytest
 import torch
 
 from engine.fast import batches
-from engine.training import loop
-import dataset
+from engine.training import loop, optim
 import model
 from engine import presets
 import trainer
@@ -114,7 +113,7 @@ def test_optimizer_groups_by_the_handout_s_names(kw):
     one. No name here contains "LayerNorm": LayerNorm weights, embeddings, pos_emb, the
     synthesizer's b2 and the perceiver's C are decayed."""
     gpt = tiny_gpt(**kw)
-    groups = loop.optimizer_groups(gpt, 0.1)
+    groups = optim.optimizer_groups(gpt, 0.1)
     assert [g['weight_decay'] for g in groups] == [0.1, 0.0]
     names = {id(p): n for n, p in gpt.named_parameters()}
     decayed = [names[id(p)] for p in groups[0]['params']]
@@ -133,7 +132,7 @@ def test_optimizer_groups_by_the_handout_s_names(kw):
 def test_optimizer_groups_by_mingpt_s_rule(kw):
     """minGPT's rule (the CPU presets'): the matmul weights only."""
     gpt = tiny_gpt(**kw)
-    groups = loop.optimizer_groups(gpt, 0.1, 'matmul')
+    groups = optim.optimizer_groups(gpt, 0.1, 'matmul')
     assert [g['weight_decay'] for g in groups] == [0.1, 0.0]
     ids = [id(p) for g in groups for p in g['params']]
     assert len(ids) == len(set(ids))  # nothing twice
@@ -164,10 +163,10 @@ def test_optimizer_groups_refuse_a_parameter_no_rule_places():
     gpt = tiny_gpt()
     gpt.blocks[1].attn.gate = torch.nn.Parameter(torch.zeros(3))
     with pytest.raises(ValueError, match=r'blocks\.1\.attn\.gate \(CausalSelfAttention\)'):
-        loop.optimizer_groups(gpt, 0.1, 'matmul')
+        optim.optimizer_groups(gpt, 0.1, 'matmul')
     type(gpt.blocks[1].attn).weight_decay = {'gate': False}
     try:
-        groups = loop.optimizer_groups(gpt, 0.1, 'matmul')
+        groups = optim.optimizer_groups(gpt, 0.1, 'matmul')
     finally:
         del type(gpt.blocks[1].attn).weight_decay
     assert any(p is gpt.blocks[1].attn.gate for p in groups[1]['params'])
@@ -208,20 +207,6 @@ class RecordingWriter:
 
     def add_scalar(self, tag, value, step):
         self.scalars.setdefault(tag, []).append((step, value))
-
-
-PEOPLE = ['Ada Brook', 'Ben Carter', 'Cleo Dunn', 'Dan Evans', 'Eve Fox', 'Finn Gray',
-          'Gus Hale', 'Hana Ito', 'Ivan Jones', 'Jude Kim', 'Kai Lowe', 'Lena Marx',
-          'Milo Nash', 'Nora Owen', 'Otto Pike', 'Pia Quinn', 'Rex Stone', 'Sara Tate',
-          'Tom Ueda', 'Uma Vale']
-PLACES = ['London', 'Paris', 'Berlin', 'Rome', 'Madrid']
-
-
-@pytest.fixture
-def name_data():
-    tsv = ''.join(f'Where was {n} born?\t{PLACES[i % 5]}\n' for i, n in enumerate(PEOPLE))
-    corpus = tsv.replace('\t', ' ')
-    return dataset.NameDataset(dataset.CharCorruptionDataset(corpus, BLOCK), tsv)
 
 
 @pytest.mark.parametrize('kw', [{}, dict(perceiver=True, bottleneck_dim=48)], ids=['vanilla', 'perceiver'])
@@ -314,7 +299,7 @@ def run_py_trainer_configs():
     """Every trainer.TrainerConfig(...) call in run.py, its keywords evaluated as run.py would
     (the default learning rates, a corpus of N examples, both finetuning epoch counts)."""
     import ast
-    from conftest import SRC
+    from support import SRC
     with open(os.path.join(SRC, 'run.py'), encoding='utf-8') as f:
         tree = ast.parse(f.read())
     names = {'args.pretrain_lr': 6e-3, 'args.finetune_lr': 6e-4, 'block_size': 128,

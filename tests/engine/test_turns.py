@@ -12,7 +12,7 @@ from torch.utils.data import Subset
 
 import trainer
 import utils
-from conftest import LossLog
+from support import LossLog
 from engine.training import checkpoint, turns
 from test_fast_paths import VARIANTS, data, tiny  # noqa: F401 (data: a fixture)
 

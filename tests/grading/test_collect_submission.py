@@ -8,7 +8,7 @@ import zipfile
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from support import REPO
 SCRIPT = os.path.join(REPO, 'collect_submission.sh')
 ZIP = 'assignment5_submission.zip'
 ZIP4 = 'assignment4_submission.zip'  # the 2024-25 (rope) handout's

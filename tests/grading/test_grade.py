@@ -16,10 +16,9 @@ import zipfile
 import pytest
 import torch
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from support import REPO
 SCRIPTS = os.path.join(REPO, 'scripts', 'grading')
 DATA = os.path.join(REPO, 'data')
-sys.path.insert(0, SCRIPTS)
 import grade  # noqa: E402
 import sample_submission  # noqa: E402
 import spec_check  # noqa: E402

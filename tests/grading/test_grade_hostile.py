@@ -5,14 +5,12 @@ never forging a line. The checks that run code are skipped here (--skip): this i
 the grader reads and writes itself."""
 import json
 import os
-import sys
 import zipfile
 
 import pytest
 
-from conftest import REPO
+from support import REPO
 
-sys.path.insert(0, os.path.join(REPO, 'scripts', 'grading'))
 import grade  # noqa: E402
 import unpack  # noqa: E402
 import user_sandbox  # noqa: E402

@@ -9,12 +9,10 @@ import itertools
 import math
 import os
 import random
-import sys
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, 'scripts', 'grading'))
+from support import REPO
 import spec_check  # noqa: E402
 import student_datasets  # noqa: E402
 

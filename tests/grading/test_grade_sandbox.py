@@ -19,9 +19,8 @@ import time
 
 import pytest
 
-from conftest import REPO
+from support import REPO
 
-sys.path.insert(0, os.path.join(REPO, 'scripts', 'grading'))
 import grade  # noqa: E402
 import spec_check  # noqa: E402
 import user_sandbox  # noqa: E402

@@ -2,14 +2,10 @@
 (a typo is one line naming it, never a silent 0), and a grade.py row becomes Gradescope's
 results.json with the rubric's points. The autograder run end to end is in test_grade.py."""
 import json
-import os
-import sys
 
 import pytest
 
-from conftest import REPO
 
-sys.path.insert(0, os.path.join(REPO, 'scripts', 'grading'))
 import gradescope  # noqa: E402
 
 pytestmark = pytest.mark.slow  # (conftest.py: `-m "not slow"` leaves this file out)

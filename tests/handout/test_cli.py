@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from conftest import PEOPLE, REPO, RUN
+from support import PEOPLE, REPO, RUN
 from handout_reference import RefGPT, RefGPTConfig
 
 pytestmark = pytest.mark.slow  # (conftest.py: `-m "not slow"` leaves this file out)

@@ -14,7 +14,7 @@ from engine import common
 from engine.command import cpu_recipe
 import dataset
 from engine import presets
-from conftest import REPO
+from support import REPO, decode
 
 MASK = '\u2047'  # ⁇
 PAD = '\u25a1'   # □
@@ -30,10 +30,6 @@ CORPUS = '\n'.join([
     'short',
     'Jack Mouradian is a journalist, writer and translator born in Lebanon .',
 ])
-
-
-def decode(ds, t):
-    return ''.join(ds.itos[int(i)] for i in t)
 
 
 def full_string(ds, x, y):

@@ -14,7 +14,7 @@ nbformat = pytest.importorskip('nbformat', reason='nbformat not installed: pip i
 nbclient = pytest.importorskip('nbclient', reason='nbclient not installed: pip install -r requirements-test.txt')
 pytest.importorskip('ipykernel', reason='ipykernel not installed: pip install -r requirements-test.txt')
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from support import REPO
 DEMO = os.path.join(REPO, 'mingpt-demo')
 NOTEBOOK = os.path.join(DEMO, 'play_char.ipynb')
 INPUT = os.path.join(REPO, 'data', 'input.txt')

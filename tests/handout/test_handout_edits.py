@@ -16,7 +16,7 @@ import sys
 import pytest
 import torch
 
-from conftest import SRC
+from support import SRC
 from tiny_run import CORPUS, ENV, FAST, TRAIN, tsv
 
 pytestmark = pytest.mark.slow  # (conftest.py: `-m "not slow"` leaves this file out)

@@ -14,9 +14,8 @@ import sys
 
 import pytest
 
-from conftest import REPO
+from support import REPO
 
-sys.path.insert(0, os.path.join(REPO, 'scripts', 'grading'))
 import starter  # noqa: E402
 
 pytestmark = pytest.mark.slow  # (conftest.py: `-m "not slow"` leaves this file out)

@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from conftest import SRC
+from support import SRC
 
 STARTERS = {
     '2021-22': {
@@ -245,7 +245,6 @@ def test_the_handout_files_stay_the_size_a_student_reads_beside_the_starter():
     assert lines('dataset.py') <= 220 and lines('utils.py') <= 110
     assert lines('model.py', 'attention.py') <= 540
     assert lines(*HANDOUT_FILES) <= 1400
-
 
 
 def test_nothing_in_src_reads_the_results_pages():

@@ -7,9 +7,8 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO
+from support import REPO
 
-sys.path.insert(0, os.path.join(REPO, 'scripts', 'dev'))
 import benchmark  # noqa: E402
 
 

@@ -4,23 +4,11 @@ epochs with the loader restarted or not."""
 import os
 import sys
 
-from conftest import REPO
+from support import REPO, Clock
 
-sys.path.insert(0, os.path.join(REPO, 'scripts', 'dev'))
 import benchmark_loop  # noqa: E402
 from engine.fast import batches  # noqa: E402
 import dataset  # noqa: E402
-
-
-class Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
-
-    def sleep(self, seconds):
-        self.now += seconds
 
 
 def test_the_device_is_idle_only_when_work_comes_after_its_queue_ran_dry():

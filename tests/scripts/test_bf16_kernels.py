@@ -1,10 +1,7 @@
 """scripts/dev/bf16_kernels.py: the losses it reads from run.py's progress lines and its table."""
 import os
-import sys
 
-from conftest import REPO
 
-sys.path.insert(0, os.path.join(REPO, 'scripts', 'dev'))
 import bf16_kernels  # noqa: E402
 
 

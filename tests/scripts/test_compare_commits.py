@@ -6,7 +6,7 @@ import os
 
 import torch
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from support import REPO
 
 
 def load():

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from support import REPO
 DEV = os.path.join(REPO, 'scripts', 'dev')
 
 

@@ -1,11 +1,5 @@
 """scripts/figures.py: the pictures hold what a reader looks for (axes in epochs and minutes,
 labels, one line per model and stage, the accuracies in the title), read back from the Figure."""
-import os
-import sys
-
-from conftest import REPO
-
-sys.path.insert(0, os.path.join(REPO, 'scripts'))
 import figures  # noqa: E402
 
 

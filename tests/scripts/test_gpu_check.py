@@ -14,7 +14,7 @@ import time
 import pytest
 import torch
 
-from conftest import REPO
+from support import REPO
 
 pytestmark = pytest.mark.slow  # (conftest.py: `-m "not slow"` leaves this file out)
 
@@ -278,7 +278,7 @@ def test_the_next_gpu_loans_two_calls_run_what_docs_gpu_md_says(tmp_path):
         assert proc.returncode == 0, proc.stderr
         lines[call] = [line.split() for line in log.read_text().splitlines()[1:]]  # (its check)
     tests, *measured = lines['1']
-    assert tests[:2] == ['-m', 'pytest'] and 'tests/test_turns.py' in tests and \
+    assert tests[:2] == ['-m', 'pytest'] and 'tests/engine/test_turns.py' in tests and \
         'cuda and (members or graph or groups)' in ' '.join(tests)
     bf16 = measured[0]
     assert bf16[0] == 'scripts/dev/throughput.py' and \

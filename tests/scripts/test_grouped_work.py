@@ -5,7 +5,7 @@ import re
 import subprocess
 import sys
 
-from conftest import REPO
+from support import REPO
 
 SCRIPT = os.path.join(REPO, 'scripts', 'dev', 'grouped_work.py')
 sys.path.insert(0, os.path.dirname(SCRIPT))

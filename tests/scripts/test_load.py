@@ -7,9 +7,8 @@ import sys
 
 import pytest
 
-from conftest import REPO
+from support import REPO
 
-sys.path.insert(0, os.path.join(REPO, 'scripts'))
 import load  # noqa: E402
 
 SCRIPT = os.path.join(REPO, 'scripts', 'load.py')

@@ -1,13 +1,10 @@
 """scripts/dev/profile_step.py (the next GPU call's profile of the pretraining step): kernels
 sorted into the kinds its report sums, and the script end to end on a CPU with a tiny model."""
-import os
 import sys
 
 import pytest
 
-from conftest import REPO
 
-sys.path.insert(0, os.path.join(REPO, 'scripts', 'dev'))
 import profile_step  # noqa: E402
 
 # kernel names as torch 2.x and cuBLAS/cuDNN print them on an H100 (shortened templates)
@@ -122,7 +119,7 @@ def test_the_recorded_figures_with_a_stand_in_for_the_graphs(monkeypatch, groups
     replays' profile) on a CPU, CUDA graphs played by test_graphs' stand-in: every figure
     measured, and the replays' profile saw the model's own operators; also in groups of rows
     (the model then called once a group: more calls of its attention)."""
-    from test_graphs import Replays
+    from support import Replays
     presets = profile_step.presets
     monkeypatch.setitem(presets.PRESETS, 'tiny', presets._preset(
         model=dict(n_layer=1, n_head=2, n_embd=32), pretrain=dict(batch_size=8)))

@@ -4,9 +4,8 @@ import os
 import subprocess
 import sys
 
-from conftest import REPO
+from support import REPO
 
-sys.path.insert(0, os.path.join(REPO, 'scripts', 'dev'))
 import recall_probe  # noqa: E402
 
 WIKI = '\n'.join([

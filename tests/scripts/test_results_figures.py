@@ -12,7 +12,7 @@ import statistics
 
 import pytest
 
-from conftest import REPO
+from support import REPO
 
 RESULTS = os.path.join(REPO, 'results')
 H200 = 'results/h200/b5d01ad-fp32-side-by-side'

@@ -11,9 +11,8 @@ import time
 import pytest
 import torch
 
-from conftest import REPO
+from support import REPO
 
-sys.path.insert(0, os.path.join(REPO, 'scripts'))
 from engine import common  # noqa: E402
 import dataset  # noqa: E402
 import run_all  # noqa: E402

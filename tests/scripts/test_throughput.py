@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import REPO
+from support import REPO
 
 SCRIPT = os.path.join(REPO, 'scripts', 'dev', 'throughput.py')
 sys.path.insert(0, os.path.dirname(SCRIPT))

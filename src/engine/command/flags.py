@@ -138,10 +138,8 @@ def add_engine_flags(argp):
 
 
 def parsed(argp, argv=None, args=None, member=None):
-    """run.py's command line as Args (`args`, else parsed from argv), unchecked: with `typed`, the
-    flags given on it (a preset's value yields to a flag typed, never to a default), and when
-    it started (a budget counts from it): the process's start, or where the command runs as
-    `member` of a team of commands in one process (training/turns.py), its turn's."""
+    """run.py's command line as Args (`args`, else parsed from argv), unchecked, with ADDED's:
+    the flags typed, when it started, and the team `member` it runs as (or None)."""
     if args is None:
         args = argp.parse_args(argv)
     quiet = argparse.ArgumentParser(add_help=False)
@@ -167,9 +165,8 @@ ADDED = dict(
 
 
 class Args(argparse.Namespace):
-    """run.py's `args` after parsed(), before check_args: the parser's flags and ADDED; setting
-    any other name is an AttributeError, so a reader of the parser and of ADDED knows all it
-    holds."""
+    """run.py's `args` after parsed(), before check_args: the parser's flags and ADDED, nothing
+    else (setting any other name is an AttributeError)."""
     __slots__ = ('_declared',)
 
     def __init__(self, declared, **values):
@@ -219,8 +216,7 @@ class Command:
 
     @classmethod
     def of(cls, args, **decided):
-        """The Command of parsed Args with `decided` (tests hand their own): a field not given
-        is the flag's value as parsed."""
+        """The Command of parsed Args with `decided`; a field not given: the flag as parsed."""
         values = {f.name: decided.pop(f.name, getattr(args, f.name, None))
                   for f in dataclasses.fields(cls) if f.name != 'flags'}
         if decided:

@@ -43,11 +43,11 @@ def seeds(args):
     return 0, presets.EDITIONS[args.edition]['torch_seed']
 
 
-def device(args):
-    """The device the command runs on (--device; auto: a CUDA GPU, else MPS for the vanilla
-    model as the 2024-25 starter chooses, else the CPU; under torchrun this rank's GPU), with
-    the run's random numbers seeded (seeds) and its settings said where they are not the
-    handout's (settings_line)."""
+def start(args):
+    """The command started where the handout's run.py picks its device: on the command's device
+    (check_args's; under torchrun this rank's GPU, the process group joined), its random numbers
+    seeded (seeds), its settings said where they are not the handout's (settings_line). Returns
+    the device."""
     where = distributed.init(args.device)
     python_seed, torch_seed = seeds(args)
     random.seed(python_seed)
@@ -148,6 +148,14 @@ def training(args, function, data, tconf, device, writer, pretrain_dataset=None,
     return data, tconf
 
 
+def learning_rate(args, stage, otherwise):
+    """The rate `stage` trains at: its flag (--pretrain_lr, --finetune_lr) where typed, which a
+    preset's value yields to; else `otherwise` (a preset's own, or what run.py's TrainerConfig
+    holds), or where that is None the flag's default (the handout's)."""
+    flag = 'pretrain_lr' if stage == 'pretrain' else 'finetune_lr'
+    return getattr(args, flag) if flag in args.typed or otherwise is None else otherwise
+
+
 def row_groups(args, stage):
     """--row_groups for `stage`: the flag's; 1 under --plain (each batch in one call);
     presets.GPU's in pretraining's recorded steps; else 0 (the engine's choice by device:
@@ -176,9 +184,7 @@ def trainer_config(args, stage, tconf, schedule_length, device, writer=None, sma
             values[key] = getattr(args, key)
     if args.num_workers is not None:  # asked for: on a CPU too
         values['cpu_workers'] = args.num_workers
-    flag = 'pretrain_lr' if stage == 'pretrain' else 'finetune_lr'
-    if flag in args.typed:
-        values['learning_rate'] = getattr(args, flag)
+    values['learning_rate'] = learning_rate(args, stage, values['learning_rate'])
     budget = args.time_budget if args.time_budget is not None else presets.time_budget(args.preset, stage)
     values.update(
         writer=writer, device=device,
@@ -210,9 +216,7 @@ def tensorboard_dir(args):
     name = f'{args.tb_expt_name}_{args.variant}'
     if args.edition == '2021-23':
         name += f'_{args.bottleneck_dim}'
-    rates = []
-    for flag, stage in (('pretrain_lr', 'pretrain'), ('finetune_lr', stage_of(args, 'finetune'))):
-        typed = flag in args.typed or args.preset == 'handout'
-        rates.append(getattr(args, flag) if typed else
-                     presets.stage_values(args.preset, stage, args.edition)['learning_rate'])
+    rates = [learning_rate(args, stage, None if args.preset == 'handout' else
+                           presets.stage_values(args.preset, stage, args.edition)['learning_rate'])
+             for stage in ('pretrain', stage_of(args, 'finetune'))]
     return 'expt/%s/%s_pt_lr_%f_ft_lr_%f' % (args.function, name, *rates)

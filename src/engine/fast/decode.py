@@ -32,7 +32,7 @@ from engine.fast.fastpath import KVCache, visible
 # included, runs the handout's): a cached step computes one new position per row, each row at a
 # position of its own, shapes the handout's forwards (which recompute every position) cannot
 # take. It reads the model's parameters by the handout's names, in evaluation (no dropout), and
-# is tested token for token against the handout's `utils.sample` (tests/test_fast_paths.py).
+# is tested token for token against the handout's `utils.sample` (tests/engine/test_fast_paths.py).
 
 def _heads(x, n_head):
     """(B, T, C) -> (B, n_head, T, C // n_head)"""

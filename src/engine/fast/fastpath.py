@@ -1,7 +1,7 @@
 """Engine (free to change): the bookkeeping that skips work without changing results.
 
 None of it is the assignment's; each piece is tested against the handout's math
-(tests/test_fast_paths.py).
+(tests/engine/test_fast_paths.py).
 
 - `row_groups` (training): a batch's rows sorted by length into groups, each computed by the
   handout's forward on the columns its rows need only (engine/training/loop.py's train_step);

@@ -27,10 +27,14 @@ import statistics
 import time
 
 from engine import distributed
+from engine.common import UsageError
+from engine.fast.batches import steps_per_epoch, workers_for
+from engine.machine.cpu_paths import set_plan_path
+from engine.machine.measure import median
 
 MARGIN = 0.05  # of the budget, kept for epoch ends, saves, the evaluation after and noise
 # of a budget that holds what follows (its time is kept apart, at the run's pace): enough for the
-# saves and noise, since an overrun would come out of what follows (tests/test_budget.py replays
+# saves and noise, since an overrun would come out of what follows (tests/engine/test_budget.py replays
 # recorded runs' epoch times against it)
 FOLLOWED_MARGIN = 0.01
 # A plan grows by this share of its epochs or more (and at least 2): no trend else. In its last
@@ -62,11 +66,63 @@ def epochs_that_fit(seconds, epoch_seconds, keep):
     return int((seconds - keep) // epoch_seconds)
 
 
-def budgeted(config):
-    """Whether a TrainerConfig's run is fitted to its time budget: a preset's budget over one
-    epoch changes nothing (too small, it still trains that epoch), so nothing is measured; the
-    user's own --time_budget is (too small, it is an error)."""
-    return config.time_budget is not None and not (config.max_epochs == 1 and config.budget_may_grow)
+def measured_step(timer, precision, config, clock):
+    """Seconds per training step here: the median of a few timed steps, the slowest rank's
+    under torchrun. Past 3 timed steps the timing stops once 2% of the budget has passed."""
+    start = clock()
+    times = timer.times(precision, warm=3 if config.compile else 2, timed=10,
+                        ahead=workers_for(config, timer.device) > 0,
+                        stop=lambda t: len(t) >= 3 and clock() - start > 0.02 * config.time_budget)
+    return distributed.agree(median(times), timer.device, 'max')
+
+
+def plan_epochs(plan, timer, model, dataset, config, clock, smaller, say):
+    """The run's plan (plan.py): the epochs that end within the budget (counted from plan.start),
+    at the pace of a few timed steps; first, where `smaller` is given, the model to train.
+    Returns that model."""
+    start = plan.start
+    per_epoch = steps_per_epoch(len(dataset), config.batch_size)
+    step = measured_step(timer, plan.precision, config, clock)
+    if smaller is not None:
+        build, below = smaller
+        fit = epochs_that_fit(config.time_budget - (clock() - start), step,
+                              kept(config, step * per_epoch))  # (in steps)
+        fit = int(distributed.agree(max(fit, 0), timer.device, 'min'))
+        if fit < min(below, config.max_epochs * per_epoch):
+            layers = layers_of(model)
+            model = build()
+            set_plan_path(plan, model, timer.device)
+            timer.use(model)
+            plan.depth = (f'a {layers_of(model)}-layer model: the preset\'s {layers} layers fit '
+                          f'{fit:,} steps ({step:.3f} s each) into the budget here, fewer than '
+                          f'{below:,}')
+            step = measured_step(timer, plan.precision, config, clock)
+    epoch_seconds = step * per_epoch
+    fit = epochs_that_fit(config.time_budget - (clock() - start), epoch_seconds,
+                          kept(config, epoch_seconds))
+    if fit < 1:
+        too_small = (f'{config.time_budget / 60:g} min is too small for one epoch: an epoch '
+                     f'takes about {epoch_seconds / 60:.2f} min here ({per_epoch} steps '
+                     f'of {step:.3f} s)')
+        if not config.budget_may_grow:
+            raise UsageError('--time_budget ' + too_small)
+        if distributed.rank() == 0:  # a preset's budget (or run_all's share) on a slow machine
+            say(f'warning: the time budget of {too_small}; training one epoch', flush=True)
+        fit = 1
+    plan.epochs = min(fit, config.max_epochs)
+    plan.step_seconds, plan.steps_per_epoch = step, per_epoch
+    plan.time_budget, plan.budget_after = config.time_budget, config.budget_after
+    plan.final_tokens = config.final_tokens
+    if plan.epochs < config.max_epochs:  # the cosine keeps its shape over the epochs that fit
+        plan.final_tokens *= plan.epochs / config.max_epochs
+    else:
+        plan.budget_note = f' (all {plan.epochs}: the most asked for)'
+    return model
+
+
+def layers_of(model):
+    """The number of transformer blocks of a GPT (a perceiver's down and up blocks too)."""
+    return len(model.blocks) + (2 if hasattr(model, 'down_block') else 0)
 
 
 class Pace:

@@ -15,6 +15,9 @@ import time
 
 import torch
 
+from engine import distributed
+
+LOAD_SECONDS = 1.0  # a plan's first steps run at least this long: the window the load is read over
 BUSY_SHARE = 0.25  # other processes using this share of the CPUs or more: a busy machine
 FIXED = 'CS224N_THREADS'  # set to "fixed" to keep torch's thread count whatever the load
 
@@ -76,6 +79,41 @@ def follows(environ=os.environ):
     """Whether a CPU run lets its thread count follow the load: not when the user fixed it
     ($OMP_NUM_THREADS, or $CS224N_THREADS=fixed)."""
     return 'OMP_NUM_THREADS' not in environ and environ.get(FIXED) != 'fixed'
+
+
+def follows_load(config, device):
+    """Whether torch's thread count follows the load in a run of TrainerConfig `config` on
+    `device` (FollowLoad): a CPU run alone, asked to, without DataLoader workers (their CPU time
+    would read as other processes')."""
+    return (config.follow_load and device.type == 'cpu' and not distributed.active()
+            and config.cpu_workers == 0)
+
+
+def plan_threads(plan, timer, config, device, clock, cpu_times, saved=None, measure=False):
+    """The threads of the run's plan (plan.py) set: a resumed run's (`saved`, its checkpoint's
+    plan); else, where `measure`, those for the load other processes put on the CPUs while the
+    first steps ran (at least LOAD_SECONDS of them: they also wait for what a run sets up once),
+    in the run's precision ('auto': fp32). Only where the run follows the load. Returns a
+    LoadMeter started first (a measured choice reads the load over these steps and its own), or
+    None where nothing is timed (no `timer`)."""
+    meter = LoadMeter(clock, cpu_times) if timer is not None else None
+    if not follows_load(config, device):
+        pass
+    elif saved is not None and saved.get('threads') is not None:
+        plan.threads, plan.most_threads = saved['threads'], saved['most_threads']
+        plan.others = saved.get('others') or 0.0
+        torch.set_num_threads(plan.threads)
+    elif saved is None and measure:
+        load = LoadMeter(clock, cpu_times)
+        precision = 'fp32' if config.precision == 'auto' else config.precision
+        for _ in range(10):
+            timer.times(precision, warm=1, timed=0)
+            if clock() - load.wall >= LOAD_SECONDS:
+                break
+        plan.most_threads, plan.others = torch.get_num_threads(), load.others()
+        plan.threads = threads_for(plan.others, load.cores, plan.most_threads)
+        torch.set_num_threads(plan.threads)
+    return meter
 
 
 class FollowLoad:

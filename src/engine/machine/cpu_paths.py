@@ -19,6 +19,7 @@ import sys
 
 import torch
 
+from engine import distributed
 from engine.common import WriteFailed, atomic_write
 from engine.machine.cpu_load import busy
 from engine.devices import bf16_supported
@@ -169,3 +170,42 @@ def choose(timer, candidates, cache_path, meter, check=True, remember=True):
                       'seconds': {path_name(c): round(s, 6) for c, s in seconds.items()}}
         write_path_cache(cache_path, cache)
     return choice, how
+
+
+def plan_path(plan, model, device, saved=None):
+    """The attention path of the run's plan (plan.py) set on `model`, where it is decided: a
+    resumed run's (`saved`, its checkpoint's plan) where the precision is 'auto'; told bf16
+    (nothing measured), the written-out math where no path is set (under bf16 the faster where
+    it was measured). Returns the candidates 'auto' chooses among (choose_path), else []."""
+    candidates = []
+    if plan.precision == 'auto':
+        if saved is not None:
+            plan.precision, plan.kernel = saved['precision'], saved.get('kernel')
+            plan.how = 'as the interrupted run chose it (its checkpoint)'
+        else:
+            candidates = cpu_candidates(model)
+    set_plan_path(plan, model, device)
+    return candidates
+
+
+def set_plan_path(plan, model, device):
+    """The CPU attention path the plan chose (plan.kernel) set on `model`; under bf16 with no
+    path chosen, the written-out math where no path is set."""
+    if plan.kernel is not None:
+        set_attention_path(model, plan.kernel)
+    elif plan.precision == 'bf16' and device.type == 'cpu':
+        set_attention_path(model, False, unset_only=True)
+
+
+def choose_path(plan, timer, candidates, config, meter, one_epoch):
+    """precision 'auto' on a CPU resolved, the attention path set on the model: the only
+    candidate; under torchrun the rule (the ranks must agree: bf16 where the CPU has it, the
+    model's own path); else measured or remembered (choose)."""
+    if len(candidates) == 1 or distributed.active():
+        choice = candidates[0] if len(candidates) == 1 else (candidates[-1][0], None)
+    else:
+        choice, plan.how = choose(timer, candidates, config.path_cache, meter,
+                                  check=not one_epoch, remember=distributed.rank() == 0)
+    plan.precision, plan.kernel = choice
+    set_attention_path(timer.model, plan.kernel)
+

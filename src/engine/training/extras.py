@@ -7,10 +7,10 @@ before the checkpoint that saves it; the epochs' clock comes next, and last, a c
 others in its process hands on its turn (turns.py)."""
 import sys
 
-from engine.machine.budget import TimeBudget, budgeted
+from engine.machine.budget import TimeBudget
 from engine.training.checkpoint import Resumable
-from engine.machine.cpu_load import FollowLoad, SawLoad
-from engine.machine.plan import follows
+from engine.machine.cpu_load import FollowLoad, SawLoad, follows_load
+from engine.machine.plan import budgeted
 from engine.training.progress import EpochClock
 
 
@@ -31,7 +31,7 @@ def for_run(run):
     """The extras a run's config asks for; each is handed the run (loop.Run) at its points."""
     config = run.config
     extras = []
-    if follows(config, run.device):
+    if follows_load(config, run.device):
         extras.append(FollowLoad(times=run.cpu_times))
     if config.under_load is not None and run.device.type == 'cpu':
         extras.append(SawLoad(config.under_load, times=run.cpu_times))
@@ -45,3 +45,9 @@ def for_run(run):
     if config.turn is not None:  # beside other commands in this process: its turn ends
         extras.append(config.turn)
     return extras
+
+
+def call(run, point, *args):
+    """Ask every extra of the run that acts at `point`; True when one of them asks to stop."""
+    answers = [getattr(c, point)(run, *args) for c in run.callbacks if hasattr(c, point)]
+    return any(answers)

@@ -1,7 +1,7 @@
 """Engine (free to change): the training loop the handout's Trainer runs by default.
 
 TrainerConfig.engine (the default) runs this loop in place of the starter's: its steps, one
-for one (tested against the starter's loop: tests/test_fast_paths.py), faster at the same
+for one (tested against the starter's loop: tests/engine/test_fast_paths.py), faster at the same
 results (padding columns trimmed, each batch's rows in groups by length, every group through the
 model's own forward on the columns its rows need, losses read back in groups) and able to
 resume. What fits a run to a machine or makes it safe
@@ -25,7 +25,7 @@ from engine.training.schedule import Schedule, lr_multiplier  # noqa: F401 (test
 from engine.common import save_state_dict
 from engine.devices import autocast as autocast_for
 from engine.training.progress import Progress
-from engine.training.weight_decay import matmul_groups
+from engine.training.optim import make_optimizer
 
 
 class Settings:
@@ -57,28 +57,6 @@ class Settings:
     # lines for stderr once the run's checks are passed, as its first step begins (the edition
     # it follows: a refused run's error stays its only line)
     notes = ()
-
-
-def optimizer_groups(model, weight_decay, rule='names'):
-    """AdamW's two groups, decayed and not. 'names', the handout's trainer: every parameter is
-    decayed unless its name contains "bias" or "LayerNorm.weight" (this model has no such name:
-    only its biases escape). 'matmul': minGPT's rule, which the CPU presets train with
-    (weight_decay.matmul_groups)."""
-    if rule == 'matmul':
-        return matmul_groups(model, weight_decay)
-    if rule != 'names':
-        raise ValueError(f"optimizer_groups: rule must be 'names' or 'matmul', not {rule!r}")
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        escapes = 'bias' in name or 'LayerNorm.weight' in name
-        (no_decay if escapes else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay},
-            {"params": no_decay, "weight_decay": 0.0}]
-
-
-def make_optimizer(model, config, lr):
-    groups = optimizer_groups(model, config.weight_decay, config.decay_rule)
-    return torch.optim.AdamW(groups, lr=lr, betas=config.betas, fused='cuda' in str(config.device))
 
 
 def train_step(model, optimizer, autocast, x, y, config, device):
@@ -162,20 +140,16 @@ def save(run, model):
         save_state_dict(model, run.config.ckpt_path)
 
 
-def call(run, point, *args):
-    """Ask every extra that acts at `point`; True when one of them asks to stop."""
-    answers = [getattr(c, point)(run, *args) for c in run.callbacks if hasattr(c, point)]
-    return any(answers)
-
-
 def train(run):
     """Trainer.train: the starter's epochs and steps, at the named points the extras act."""
     config = run.config
     if run.plan is None:  # (a CPU preset's plan may train its slow machine's model instead)
         run.plan, run.model = planning.make(run.model, run.train_dataset, config,
-                                                    train_step, make_optimizer, run.clock,
-                                                    run.cpu_times, smaller=config.smaller)
-    model = wrapped_model(run)
+                                            train_step, make_optimizer, run.clock,
+                                            run.cpu_times, smaller=config.smaller)
+    # the model the steps call: DDP-wrapped under torchrun, compiled when asked (the plan's)
+    model = run.wrapped = run.plan.wrapped if run.plan.wrapped is not None else \
+        distributed.wrapped(run.model, run.device, config.compile)
     run.optimizer = optimizer = make_optimizer(run.model, config, config.learning_rate)
     run.generator = torch.Generator().manual_seed(torch.initial_seed())
     run.schedule, run.precision = Schedule(config, run.plan), run.plan.precision
@@ -184,14 +158,13 @@ def train(run):
     run.steps_per_epoch = steps_per_epoch(len(run.train_dataset), config.batch_size)
     run.epochs_trained = run.start_epoch = run.start_it = 0
     one_step = graphs.steps(config, train_step)  # train_step, or its CUDA-graph replays
-    run.progress = Progress(config.log_every, config.writer if run.rank == 0 else None,
-                                disable=run.rank != 0, lag=run.device.type == 'cuda')
     autocast = autocast_for(run.device, run.precision)
     run.scaler = autocast.scaler
     try:
-        call(run, 'on_train_start')  # the plan's threads and epochs; resume
-        run.progress.start(run.steps_per_epoch * run.schedule.max_epochs,
-                               run.step, run.tokens)
+        extras.call(run, 'on_train_start')  # the plan's threads and epochs; resume
+        run.progress = Progress(config.log_every, config.writer if run.rank == 0 else None,
+                                disable=run.rank != 0, lag=run.device.type == 'cuda')
+        run.progress.start(run.steps_per_epoch * run.schedule.max_epochs, run.step, run.tokens)
 
         model.train()
         epoch = run.start_epoch
@@ -214,28 +187,22 @@ def train(run):
 
                 run.progress.log(run.step, loss, lr, epoch, it, run.tokens)
                 run.step += 1
-                call(run, 'on_step_end', epoch, it)  # a stop request: checkpoint, interrupt
+                extras.call(run, 'on_step_end', epoch, it)  # a stop request: checkpoint, interrupt
             run.progress.epoch_end(run.tokens, saving=config.ckpt_path is not None)
             if run.test_dataset is not None:
                 evaluate_loss(run, run.test_dataset, autocast)
                 model.train()
             run.save_checkpoint()
             run.epochs_trained = epoch + 1
-            if call(run, 'on_epoch_end', epoch):  # budget re-plan or stop; periodic checkpoint
+            if extras.call(run, 'on_epoch_end', epoch):  # budget re-plan or stop; periodic checkpoint
                 break
             epoch += 1
     finally:
-        run.progress.close(run.tokens)
+        if run.progress is not None:  # (None: an extra refused the run as it started)
+            run.progress.close(run.tokens)
         run.batches.close()  # the workers stop (what they built ahead is dropped)
-        call(run, 'on_train_end')
+        extras.call(run, 'on_train_end')
         run.wrapped = run.plan.wrapped = None  # (a DDP wrapper holds the process group)
-
-
-def wrapped_model(run):
-    """The model the steps call: DDP-wrapped under torchrun, compiled when asked (the plan's)."""
-    run.wrapped = run.plan.wrapped if run.plan.wrapped is not None else \
-        distributed.wrapped(run.model, run.device, run.config.compile)
-    return run.wrapped
 
 
 @torch.no_grad()

@@ -1,7 +1,6 @@
-"""Engine (free to change): minGPT's weight-decay rule.
-
-The CPU presets were tuned with it; the handout's trainer decays by name
-(loop.optimizer_groups)."""
+"""Engine (free to change): the training's optimizer, the handout's AdamW, and its weight-decay
+groups: the handout trainer's rule (by name) and minGPT's (by module), which the CPU presets
+were tuned with."""
 import torch
 
 
@@ -29,3 +28,25 @@ def matmul_groups(model, weight_decay):
             (decay if decayed else no_decay).append(p)
     return [{"params": decay, "weight_decay": weight_decay},
             {"params": no_decay, "weight_decay": 0.0}]
+
+
+def optimizer_groups(model, weight_decay, rule='names'):
+    """AdamW's two groups, decayed and not. 'names', the handout's trainer: every parameter is
+    decayed unless its name contains "bias" or "LayerNorm.weight" (this model has no such name:
+    only its biases escape). 'matmul': minGPT's rule, which the CPU presets train with
+    (matmul_groups, above)."""
+    if rule == 'matmul':
+        return matmul_groups(model, weight_decay)
+    if rule != 'names':
+        raise ValueError(f"optimizer_groups: rule must be 'names' or 'matmul', not {rule!r}")
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        escapes = 'bias' in name or 'LayerNorm.weight' in name
+        (no_decay if escapes else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay},
+            {"params": no_decay, "weight_decay": 0.0}]
+
+
+def make_optimizer(model, config, lr):
+    groups = optimizer_groups(model, config.weight_decay, config.decay_rule)
+    return torch.optim.AdamW(groups, lr=lr, betas=config.betas, fused='cuda' in str(config.device))

@@ -8,7 +8,7 @@ start to the end of each training step (its step queued on its stream), then han
 one thread at a time runs Python, and the others' queued steps run on the GPU meanwhile. Its
 random states (Python's, torch's, its GPU's) go out with it and come back with the next turn:
 each command draws the numbers it draws alone, and gives the params it gives alone
-(tests/test_turns.py).
+(tests/engine/test_turns.py).
 What a command's thread prints goes to that command's own sinks (Printing).
 """
 import contextlib

@@ -29,7 +29,8 @@ def tsv(rows, end='\n'):
 assert len(CORPUS.split('\n')) == DOCUMENTS
 
 
-def tiny_gpt(**extra):
+def corpus_gpt(**extra):
+    """A GPT of the handout's sizes over CORPUS's vocabulary, seeded (torch 0)."""
     torch.manual_seed(0)
     return model.GPT(model.GPTConfig(VOCAB, 128, n_layer=4, n_head=8, n_embd=256, **extra))
 

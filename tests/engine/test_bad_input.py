@@ -26,7 +26,7 @@ import model
 import run
 
 from support import RUN
-from tiny_run import FAST, ENV, CORPUS, VOCAB, TRAIN, DEV, OLD_PARAMS, OLD_PREDICTIONS, tsv, tiny_gpt
+from tiny_run import FAST, ENV, CORPUS, VOCAB, TRAIN, DEV, OLD_PARAMS, OLD_PREDICTIONS, tsv, corpus_gpt
 
 
 @pytest.fixture(scope='module')
@@ -56,9 +56,9 @@ def ws(tmp_path_factory):
     w('dev_mask.tsv', tsv(DEV[:3]) + f'Where was Ada {dataset.MASK_CHAR} Brook born?\tLondon\n')
     os.symlink('corpus.txt', d / 'corpus_link.txt')
     (d / 'adir' / 'ck.params.ckpt').mkdir()  # a folder where the checkpoint of ck.params goes
-    gpt = tiny_gpt()
+    gpt = corpus_gpt()
     torch.save(gpt.state_dict(), d / 'vanilla.params')
-    torch.save(tiny_gpt(perceiver=True, bottleneck_dim=64).state_dict(), d / 'perceiver64.params')
+    torch.save(corpus_gpt(perceiver=True, bottleneck_dim=64).state_dict(), d / 'perceiver64.params')
     data = (d / 'vanilla.params').read_bytes()
     (d / 'truncated.params').write_bytes(data[:len(data) // 2])
     (d / 'text.params').write_text('Where was Ada Brook born?\tLondon\n')
@@ -587,7 +587,8 @@ def test_messy_finetune_tsv_gives_the_clean_examples(ws):
 
 # ---- atomic writes, weights_only, map_location -----------------------------------------------
 
-def leftovers(folder):
+def half_writes(folder):
+    """The temporary files a write whole-or-nothing (or its folder check) would leave."""
     return [p for p in os.listdir(folder) if p.startswith('.tmp-') or p.startswith('.write-test-')]
 
 
@@ -603,9 +604,9 @@ def test_failed_params_write_leaves_the_old_file(tmp_path, monkeypatch):
         raise OSError(28, 'No space left on device')
     monkeypatch.setattr(torch, 'save', save_then_fail)
     with pytest.raises(common.WriteFailed, match='No space left on device'):
-        common.save_state_dict(tiny_gpt(), str(path))
+        common.save_state_dict(corpus_gpt(), str(path))
     assert path.read_bytes() == OLD_PARAMS
-    assert leftovers(tmp_path) == []
+    assert half_writes(tmp_path) == []
 
 
 def test_interrupted_predictions_write_leaves_the_old_file(tmp_path):
@@ -619,13 +620,13 @@ def test_interrupted_predictions_write_leaves_the_old_file(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         common.atomic_write(str(path), write_half)
     assert path.read_bytes() == OLD_PREDICTIONS
-    assert leftovers(tmp_path) == []
+    assert half_writes(tmp_path) == []
     common.atomic_write(str(path), lambda tmp: open(tmp, 'w').write('Paris\nRome\n'))
-    assert path.read_text() == 'Paris\nRome\n' and leftovers(tmp_path) == []
+    assert path.read_text() == 'Paris\nRome\n' and half_writes(tmp_path) == []
 
 
 def test_atomic_params_are_the_bytes_torch_save_writes(tmp_path):
-    gpt = tiny_gpt()
+    gpt = corpus_gpt()
     torch.save(gpt.state_dict(), tmp_path / 'direct.params')
     (tmp_path / 'atomic').mkdir()
     common.save_state_dict(gpt, str(tmp_path / 'atomic' / 'direct.params'))

@@ -33,7 +33,8 @@ pytestmark = pytest.mark.slow  # (conftest.py: `-m "not slow"` leaves this file 
 
 # ---- subprocess runs: resume, torchrun, determinism ------------------------------------------
 
-def write_inputs(folder):
+def write_crlf_inputs(folder):
+    """CORPUS, and the training questions with blank lines, CRLF ends and no final newline."""
     (folder / 'corpus.txt').write_text(CORPUS, encoding='utf-8')
     # finetuning data with blank lines, CRLF ends and no final newline: read as the clean file
     (folder / 'train.tsv').write_text(tsv(TRAIN[:8], end='\r\n') + '\n' + tsv(TRAIN[8:]).rstrip('\n'),
@@ -105,7 +106,7 @@ def interrupted_then_resumed(tmp_path, argv, params, stop, epochs_tried, launche
         full = argv + ['--max_epochs', epochs]
         d = tmp_path / f'interrupted_{epochs}'
         d.mkdir()
-        write_inputs(d)
+        write_crlf_inputs(d)
         (d / params).write_bytes(OLD_PARAMS)
         proc = start(full, d, launcher)
         if not stop(proc, d):
@@ -119,7 +120,7 @@ def interrupted_then_resumed(tmp_path, argv, params, stop, epochs_tried, launche
         assert not (d / f'{params}.ckpt').exists()
         ref = tmp_path / f'uninterrupted_{epochs}'
         ref.mkdir()
-        write_inputs(ref)
+        write_crlf_inputs(ref)
         run_ok(full, ref, launcher)
         assert not (ref / f'{params}.ckpt').exists()
         return ref, d, log, ckpt
@@ -170,7 +171,7 @@ def test_a_sigterm_to_the_whole_process_group_with_workers_still_writes_the_chec
     """GNU timeout and torchrun signal the whole process group, DataLoader workers included
     (the GPU default is 4 workers): the run still writes its checkpoint and exits 130, and
     --resume finishes it."""
-    write_inputs(tmp_path)
+    write_crlf_inputs(tmp_path)
     argv = PRETRAIN + ['--num_workers', '2', '--max_epochs', '3']
     err = open(tmp_path / 'stderr.log', 'w', encoding='utf-8')
     proc = subprocess.Popen(cmd(argv), cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL,
@@ -199,7 +200,7 @@ def test_run_py_end_to_end_on_cuda(tmp_path):
     stopped by a SIGTERM to its whole process group (as timeout sends it), resumed to the end;
     finetuning; evaluation of the dev questions (one prediction per question, the accuracy
     line)."""
-    write_inputs(tmp_path)
+    write_crlf_inputs(tmp_path)
     (tmp_path / 'dev.tsv').write_text(tsv(DEV), encoding='utf-8')
     gpu = ['--batch_size', '8', '--device', 'cuda', '--num_workers', '4']
     pretrain = ['pretrain', 'vanilla', 'corpus.txt', '--writing_params_path', 'pt.params',
@@ -306,7 +307,7 @@ def one_epoch_runs(tmp_path_factory):
     runs = {}
     for name, extra in (('default', []), ('again', []), ('seed0', ['--seed', '0'])):
         d = tmp_path_factory.mktemp(name)
-        write_inputs(d)
+        write_crlf_inputs(d)
         run_ok(PRETRAIN + ['--max_epochs', '1', '--dropout', '0'] + extra, d)
         runs[name] = d
     return runs
@@ -403,7 +404,7 @@ def torchrun_run(tmp_path_factory):
     if not (torch.distributed.is_available() and torch.distributed.is_gloo_available()):
         pytest.skip('torch.distributed with gloo is needed')
     d = tmp_path_factory.mktemp('ddp')
-    write_inputs(d)
+    write_crlf_inputs(d)
     driver = tmp_path_factory.mktemp('driver') / 'rank.py'
     driver.write_text(TORCHRUN_DRIVER, encoding='utf-8')
     before = set(os.listdir(d))
@@ -605,7 +606,7 @@ def test_torchrun_two_cuda_ranks_train_like_one_cuda_process(tmp_path):
     one, two = tmp_path / 'one', tmp_path / 'two'
     for d in (one, two):
         d.mkdir()
-        write_inputs(d)
+        write_crlf_inputs(d)
     run_ok(argv, one)
     run_ok(argv, two, launcher=TORCHRUN)
     for tag in ('train/loss', 'train/lr'):

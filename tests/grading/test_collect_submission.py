@@ -79,7 +79,8 @@ def run(cwd, *args):
                           capture_output=True, timeout=60)
 
 
-def leftovers(folder):
+def zip_leftovers(folder):
+    """A zip, or a temporary file of one, left in `folder`."""
     return [f for f in os.listdir(folder) if f.endswith('.tmp') or f.endswith('.zip')]
 
 
@@ -101,7 +102,7 @@ def test_complete_submission_is_zipped(workdir, handout, explicit):
     assert r.returncode == 0, r.stdout + r.stderr
     assert f'handout: {handout}' in r.stdout
     zipped = zip_name(handout)
-    assert leftovers(workdir) == [zipped]
+    assert zip_leftovers(workdir) == [zipped]
     data = ZIPPED_DATA if handout != 'rope' else []
     with zipfile.ZipFile(workdir / zipped) as z:
         assert z.testzip() is None
@@ -138,7 +139,7 @@ def test_missing_file_refused(workdir, handout, victim):
     r = run(workdir, '--handout', handout)
     assert r.returncode == 1, r.stdout + r.stderr
     assert f'{victim}: missing' in r.stderr
-    assert leftovers(workdir) == []
+    assert zip_leftovers(workdir) == []
 
 
 @pytest.mark.parametrize('handout', ['synthesizer', 'perceiver', 'rope'])
@@ -150,7 +151,7 @@ def test_empty_file_refused(workdir, handout, victim):
     r = run(workdir, '--handout', handout)
     assert r.returncode == 1, r.stdout + r.stderr
     assert f'{victim}: empty' in r.stderr
-    assert leftovers(workdir) == []
+    assert zip_leftovers(workdir) == []
 
 
 @pytest.mark.parametrize('handout', ['synthesizer', 'perceiver', 'rope'])
@@ -167,7 +168,7 @@ def test_wrong_line_count_refused(workdir, handout, victim, lines, want):
     r = run(workdir)  # auto-detected handout
     assert r.returncode == 1, r.stdout + r.stderr
     assert f'{victim}: {lines} lines, expected {want}' in r.stderr
-    assert leftovers(workdir) == []
+    assert zip_leftovers(workdir) == []
 
 
 def test_last_line_without_newline_counts(workdir):
@@ -189,7 +190,7 @@ def test_every_problem_listed_and_old_zip_kept(workdir):
     assert 'synthesizer.finetune.params: empty' in r.stderr
     assert 'vanilla.pretrain.dev.predictions: 3 lines, expected 500' in r.stderr
     assert (workdir / ZIP).read_bytes() == b'PK\x03\x04 old zip'
-    assert leftovers(workdir) == [ZIP]
+    assert zip_leftovers(workdir) == [ZIP]
 
 
 def test_line_counts_follow_the_tsv(workdir):
@@ -206,7 +207,7 @@ def test_rope_handout_needs_the_london_baseline_file(workdir):
     os.remove(workdir / 'london_baseline_accuracy.txt')
     r = run(workdir)
     assert r.returncode == 1 and 'london_baseline_accuracy.txt: missing' in r.stderr
-    assert leftovers(workdir) == []
+    assert zip_leftovers(workdir) == []
 
 
 def test_ambiguous_or_unknown_handout(workdir):
@@ -216,7 +217,7 @@ def test_ambiguous_or_unknown_handout(workdir):
     make_outputs(workdir, 'perceiver')
     r = run(workdir)
     assert r.returncode == 2 and 'ambiguous handout' in r.stderr and '--handout' in r.stderr
-    assert leftovers(workdir) == []
+    assert zip_leftovers(workdir) == []
     r = run(workdir, '--handout', 'synthesizer')
     assert r.returncode == 0, r.stderr
     with zipfile.ZipFile(workdir / ZIP) as z:
@@ -228,7 +229,7 @@ def test_an_unknown_handout_is_one_error_line(workdir):
     r = run(workdir, '--handout', 'bogus')
     assert r.returncode == 2 and r.stderr.count('\n') == 1, r.stderr
     assert r.stderr.startswith("error: argument --handout: invalid choice: 'bogus'"), r.stderr
-    assert leftovers(workdir) == []
+    assert zip_leftovers(workdir) == []
 
 
 def test_edition_flag_names_the_other_word(workdir):
@@ -237,7 +238,7 @@ def test_edition_flag_names_the_other_word(workdir):
     r = run(workdir, '--edition', 'rope')
     assert r.returncode == 2 and r.stderr.count('\n') == 1
     assert '--edition rope:' in r.stderr and '(--handout rope)' in r.stderr
-    assert leftovers(workdir) == [] and not (workdir / ZIP4).exists()
+    assert zip_leftovers(workdir) == [] and not (workdir / ZIP4).exists()
 
 
 def test_the_module_behind_the_script_is_importable(workdir):
@@ -367,4 +368,4 @@ def test_outputs_of_a_cpu_preset_are_refused_naming_it(workdir):
     assert r.stderr.startswith('error: vanilla.finetune.params and 1 more came from the '
                                'cpu-20min preset'), r.stderr
     assert 'scripts/main.sh --full' in r.stderr
-    assert leftovers(workdir) == []
+    assert zip_leftovers(workdir) == []

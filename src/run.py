@@ -320,7 +320,7 @@ def main(argv=None, member=None):  # [wrapper] member: run_all --one_process's t
     except records.STOPS as e:  # [engine] bad input, a loss not finite, an interrupt: one line
         sys.exit(records.report(e))
     finally:  # [engine] the steps logged so far reach the events file; the outputs let go
-        records.finish()  # [engine]
+        records.finish(args)  # [engine]
 
 
 if __name__ == '__main__':  # [engine]

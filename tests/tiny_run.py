@@ -58,10 +58,11 @@ def checked(argv, folder, monkeypatch, member=None):
     from engine.command import flags, records
     (folder / 'wiki.txt').write_text(CORPUS, encoding='utf-8')
     monkeypatch.chdir(folder)
+    args = flags.parsed(run.argp, argv, member=member)
     try:
-        return flags.check_args(flags.parsed(run.argp, argv, member=member))
+        return flags.check_args(args)
     finally:
-        records.finish()
+        records.finish(args)
 
 
 def command(argv, **decided):

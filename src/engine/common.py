@@ -9,22 +9,12 @@ import errno
 import os
 import subprocess
 import tempfile
-import threading
 
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse whose errors are one line, `error: <what> (see <prog> --help)`, exit status 2."""
     def error(self, message):
         self.exit(2, f'error: {message} (see {self.prog} --help)\n')
-
-
-_THREAD = threading.local()
-
-
-def thread_list(key):
-    """A list of this thread's own under `key` (a command's writer, its claims): a command run
-    in a thread beside others (training/turns.py) ends only what it began."""
-    return _THREAD.__dict__.setdefault(key, [])
 
 
 MAX_BUDGET_MINUTES = 7 * 24 * 60  # a time budget longer than a week is a typo, not a plan

@@ -119,7 +119,26 @@ def test_the_command_is_immutable_and_reads_the_parsers_flags(tmp_path, monkeypa
         assert args.compile == 'none' and not hasattr(args, 'stage')  # the parsed args as given
     finally:
         from engine.command import records
-        records.finish()
+        records.finish(command)
+
+
+def test_each_command_lets_go_of_what_it_holds(tmp_path, monkeypatch):
+    """What a command holds (its outputs' claims; its copies of piped inputs; its writers) is
+    its own, handed along with it, and records.finish lets go of it all."""
+    from engine.command import records
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / 'wiki.txt').write_text(CORPUS, encoding='utf-8')
+    first, second = (run.parse_args(['pretrain', 'vanilla', 'wiki.txt', '--writing_params_path',
+                                     name, *FAST]) for name in ('a.params', 'b.params'))
+    assert first.held is not second.held
+    one, two = flags.check_args(first), flags.check_args(second)
+    assert one.held is first.held and len(one.held.claims) == 1 == len(two.held.claims)
+    assert os.path.exists('.a.params.lock') and os.path.exists('.b.params.lock')
+    records.finish(one)
+    assert not os.path.exists('.a.params.lock') and os.path.exists('.b.params.lock')
+    assert one.held.claims == [] and len(two.held.claims) == 1
+    records.finish(two)
+    assert not os.path.exists('.b.params.lock')
 
 
 def test_a_whole_run_decides_each_command_once(tmp_path, monkeypatch):

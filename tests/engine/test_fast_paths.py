@@ -881,7 +881,7 @@ def test_fp16_is_the_default_on_a_gpu_without_bf16_and_refuses_cuda_graphs(monke
     predictions are the handout's), the compile default is eager steps (fp16's loss scaler reads
     back each step), the settings line says so; --compile graphs with fp16 is one error."""
     from engine import common, devices
-    from engine.command import records, stages
+    from engine.command import stages
     # a T4 (compute capability 7.5): torch counts its slow emulation of bf16 unless told not to
     monkeypatch.setattr(torch.cuda, 'is_bf16_supported',
                         lambda including_emulation=True: including_emulation)
@@ -891,16 +891,13 @@ def test_fp16_is_the_default_on_a_gpu_without_bf16_and_refuses_cuda_graphs(monke
     assert devices.pick_precision('auto', 'cuda', training=False) == 'fp32'
     assert devices.pick_precision('auto', 'cpu', training=True, measure=False) == 'fp32'
     args = checked_args([], monkeypatch, tmp_path, bf16=False)
-    records.finish()  # (its output claimed: the next check claims it again)
     assert args.compile is False
     assert '--precision fp16, the default on a GPU without bf16' in \
         stages.settings_line(args, 'cuda', environ={})
     with pytest.raises(common.UsageError, match='--compile graphs cannot record'):
         checked_args(['--compile', 'graphs', '--precision', 'fp16'], monkeypatch, tmp_path)
-    records.finish()
     args = checked_args([], monkeypatch, tmp_path)  # (a GPU with bf16)
     assert args.compile == 'graphs' and 'fp16' not in stages.settings_line(args, 'cuda', {})
-    records.finish()
 
 
 def test_a_member_of_one_process_takes_eager_steps_on_a_gpu(monkeypatch, tmp_path):
@@ -909,18 +906,14 @@ def test_a_member_of_one_process_takes_eager_steps_on_a_gpu(monkeypatch, tmp_pat
     --compile auto takes eager steps there and --compile graphs is one error line; a command
     alone keeps recording. (A stand-in GPU: the choice only asks which device there is.)"""
     from engine import common
-    from engine.command import records
     args = checked_args([], monkeypatch, tmp_path)
-    records.finish()
     assert args.compile == 'graphs'  # alone in its process
     import time
     import types
     member = types.SimpleNamespace(name='vanilla', started=time.time())  # of a team
     args = checked_args([], monkeypatch, tmp_path, member=member)
-    records.finish()
     assert args.compile is False and args.member is member and args.started == member.started
     with pytest.raises(common.UsageError, match='cannot record a step of run_all --one_process'):
         checked_args(['--compile', 'graphs'], monkeypatch, tmp_path, member=member)
-    records.finish()
     args = checked_args(['--device', 'cpu'], monkeypatch, tmp_path, device='cpu')
     assert args.compile is False  # (a CPU records nothing either way)

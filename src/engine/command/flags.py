@@ -11,7 +11,6 @@ import copy
 import dataclasses
 import math
 import os
-import shutil
 import sys
 import time
 import types
@@ -24,7 +23,7 @@ from engine.command import inputs
 from engine.command import paths
 from engine import presets
 from engine.command import stages
-from engine.common import UsageError, thread_list
+from engine.common import UsageError
 from engine.datafiles import resolve
 
 IMPORTED = time.time()  # (the run's record splits its time: the imports, then the rest)
@@ -149,7 +148,7 @@ def parsed(argp, argv=None, args=None, member=None):
             action.default, action.required = argparse.SUPPRESS, False
             quiet._add_action(action)
     given, _ = quiet.parse_known_args(sys.argv[1:] if argv is None else argv)
-    values = dict(vars(args), typed=frozenset(vars(given)), member=member,
+    values = dict(vars(args), typed=frozenset(vars(given)), member=member, held=paths.Held(),
                   started=process_start() if member is None else member.started)
     return Args(declared(argp), **values)
 
@@ -161,6 +160,7 @@ ADDED = dict(
     started='when the process started, or the command\'s turn in a team (training/turns.py; '
             'wall clock): a --time_budget counts from it',
     member='the team member the command runs as (training/turns.py), or None: alone',
+    held='what the command holds while it runs (paths.Held), let go as it ends (records.finish)',
 )
 
 
@@ -196,6 +196,7 @@ class Command:
     typed: frozenset  # the flags typed (a preset's value yields to these alone)
     started: float  # wall clock: a --time_budget counts from it (parsed())
     member: Any  # the team member the command runs as (training/turns.py), or None
+    held: Any  # its claims, copies and writers while it runs (paths.Held), let go at its end
     edition: str  # '2021-23' or '2024-25'
     edition_from: str  # --edition, the variant, $CS224N_EDITION, src/edition.txt or the default
     pretrain_corpus_path: str  # where it was found (a pipe: a copy of what came)
@@ -358,7 +359,7 @@ def check_args(args):
     claim_outputs(command, training)
     # a pipe gives its text once: the checks and the handout's lines read a copy of what came
     corpus_path, finetune_path, eval_path = (
-        inputs.read_once(path, thread_list('input copies'))
+        inputs.read_once(path, args.held.copies)
         for path in (corpus_path, finetune_path, eval_path))
     command = dataclasses.replace(command, pretrain_corpus_path=corpus_path,
                                   finetune_corpus_path=finetune_path, eval_corpus_path=eval_path)
@@ -381,18 +382,8 @@ def claim_outputs(args, training):
         if path is None:
             continue
         try:
-            thread_list('claims').append(paths.Claim(path).take())
+            args.held.claims.append(paths.Claim(path).take())
         except paths.Busy as e:
-            release()
+            args.held.release()
             raise UsageError(f'{flag} {path}: another run (process {e}) is writing it now; wait '
                              'for it to end, or pass --replace to write it all the same')
-
-
-def release():
-    """The outputs' claims let go, the copies of piped inputs removed (records.finish)."""
-    claims, copies = thread_list('claims'), thread_list('input copies')
-    while claims:
-        claims.pop().release()
-    while copies:
-        shutil.rmtree(copies.pop(), ignore_errors=True)
-

@@ -11,6 +11,7 @@ file: kind_problem). Each check returns the reason in words, or None.
 """
 import fcntl
 import os
+import shutil
 import tempfile
 import zipfile
 
@@ -176,3 +177,22 @@ class Claim:
                 pass
             os.close(self.fd)
             self.fd = None
+
+
+class Held:
+    """What one command holds while it runs, let go when it ends (records.finish), however it
+    ends: its outputs' claims, the folders holding its copies of piped inputs, its tensorboard
+    writers. The command's own (parsed() makes it, the command carries it), so that commands run
+    as threads of one process (training/turns.py) each let go only of what they took."""
+
+    def __init__(self):
+        self.claims, self.copies, self.writers = [], [], []
+
+    def release(self):
+        """Every scalar logged written (the writers closed), the claims let go, the copies gone."""
+        while self.writers:
+            self.writers.pop().close()
+        while self.claims:
+            self.claims.pop().release()
+        while self.copies:
+            shutil.rmtree(self.copies.pop(), ignore_errors=True)

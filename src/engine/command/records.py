@@ -2,8 +2,8 @@
 params written whole, the run record, the evaluation's predictions and score, and the one line
 a stop prints.
 
-What a record says of the run's settings it asks of stages.py; what the command claimed and
-copied (flags.py) is let go at its end (finish)."""
+What a record says of the run's settings it asks of stages.py; what the command holds (its
+claims, copies and writers: paths.Held) is let go at its end (finish)."""
 import json
 import os
 import sys
@@ -17,7 +17,7 @@ from engine import distributed
 from engine.command import flags
 from engine.command import inputs, params
 from engine.command import stages
-from engine.common import UsageError, thread_list
+from engine.common import UsageError
 from engine.fast.decode import predict
 from engine.training.progress import LossNotFinite
 
@@ -28,18 +28,15 @@ def writer(args, make):
     there is nothing to log (evaluate, ranks but 0)."""
     if args.function == 'evaluate' or distributed.rank() != 0:
         return None
-    writers = thread_list('writers')  # the command's, closed when it ends (finish)
-    writers.append(make(stages.tensorboard_dir(args)))
-    return writers[-1]
+    args.held.writers.append(make(stages.tensorboard_dir(args)))  # (closed as it ends: finish)
+    return args.held.writers[-1]
 
 
-def finish():
-    """The command's end, however it ends: every scalar logged so far written to the events
-    file (also after an interrupt), its outputs' claims let go, its copies of piped inputs gone."""
-    writers = thread_list('writers')
-    while writers:
-        writers.pop().close()
-    flags.release()
+def finish(args):
+    """The command's end, however it ends (`args`: parsed or checked): every scalar logged so
+    far written to the events file (also after an interrupt), its outputs' claims let go, its
+    copies of piped inputs gone (paths.Held)."""
+    args.held.release()
 
 
 def write_record(args, output, device, seconds_before=0.0, **used):

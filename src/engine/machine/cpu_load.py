@@ -98,12 +98,13 @@ def plan_threads(plan, timer, config, device, clock, cpu_times, saved=None, meas
     None where nothing is timed (no `timer`)."""
     meter = LoadMeter(clock, cpu_times) if timer is not None else None
     if not follows_load(config, device):
-        pass
-    elif saved is not None and saved.get('threads') is not None:
-        plan.threads, plan.most_threads = saved['threads'], saved['most_threads']
-        plan.others = saved.get('others') or 0.0
-        torch.set_num_threads(plan.threads)
-    elif saved is None and measure:
+        return meter
+    if saved is not None:
+        if saved.get('threads') is not None:
+            plan.threads, plan.most_threads = saved['threads'], saved['most_threads']
+            plan.others = saved.get('others') or 0.0
+            torch.set_num_threads(plan.threads)
+    elif measure:
         load = LoadMeter(clock, cpu_times)
         precision = 'fp32' if config.precision == 'auto' else config.precision
         for _ in range(10):
